@@ -1,0 +1,70 @@
+"""The backend protocol every scorer implements (`hf`: real transformers models; `sim`: the simulator).
+
+A backend owns one model's committed sequence and its KV state. Convention: the cache holds every committed
+token but the last one(s) ("pending"); `score(draft)` feeds the pending tokens followed by the draft nodes in
+ONE forward, so its first prediction is the next token after the committed sequence (the tree's root) and
+prediction i + 1 is the next token after draft node i. `commit` keeps the accepted nodes' state, drops the
+rest, and appends the new tokens; `rollback` forgets the last n committed tokens; `append` commits tokens
+without computing them (they become pending).
+
+Backends know nothing of strategies, verification rules, budgets or logging.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ouroboros.draft import Draft
+
+
+class OuroborosError(ValueError):
+    """A bad input or configuration. Entry points print its message as one line and exit non-zero."""
+
+
+@dataclass
+class Scores:
+    preds: list[int]            # argmax next token at [root, node 0, ..., node n-1]
+    logits: Any = None          # torch.Tensor [n + 1, V] (or None when the backend cannot / need not give it)
+
+
+@dataclass
+class Counters:
+    forwards: int = 0           # model forwards (prefill excluded)
+    tokens: int = 0             # tokens fed through those forwards (pending + draft nodes)
+    prefill_tokens: int = 0
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+
+class WallClock:
+    """perf_counter, synchronising CUDA first when a CUDA device is in use (so queued kernels are counted)."""
+
+    def __init__(self, cuda: bool = False):
+        self.cuda = cuda
+
+    def now(self) -> float:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+
+@runtime_checkable
+class Backend(Protocol):
+    vocab_size: int
+    max_context: int
+    tokens: list[int]           # committed sequence (prompt + generated)
+    cache_len: int              # committed tokens whose state is cached; the rest are pending
+    counters: Counters
+    clock: Clock
+
+    def prefill(self, prompt: list[int]) -> None: ...
+    def score(self, draft: Draft, want_logits: bool = False) -> Scores: ...
+    def commit(self, path: list[int], new_tokens: list[int]) -> None: ...
+    def rollback(self, n: int) -> None: ...
+    def append(self, tokens: list[int]) -> None: ...

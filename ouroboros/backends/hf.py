@@ -1,0 +1,131 @@
+"""`hf` backend: any transformers causal LM through its stock model class (no copied or patched modeling file).
+
+Tree scoring uses the public forward arguments only: explicit `position_ids` (node depth), a ready 4-D additive
+attention mask (which `masking_utils` passes through untouched) and a `DynamicCache`. Chains need no mask at
+all (plain causal attention). `commit(path, new_tokens)` compacts the accepted nodes' KV into place (in-place
+copy along the sequence axis of every cache layer) and trims the rest; `rollback(n)` trims.
+
+This module knows nothing of strategies, verification or budgets.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache
+
+from ouroboros.backends.base import Counters, OuroborosError, Scores, WallClock
+from ouroboros.draft import Draft, additive_mask
+
+
+class HFBackend:
+    def __init__(self, model, max_context: int | None = None, name: str = "model"):
+        model.eval()
+        self.model = model
+        self.name = name
+        self.config = model.config
+        # logits width is what verification indexes; it can exceed the tokenizer's size (padding rows)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        ctx = getattr(model.config, "max_position_embeddings", None) or (1 << 30)
+        self.max_context = int(min(ctx, max_context) if max_context else ctx)
+        self.device = model.get_input_embeddings().weight.device
+        self.dtype = model.dtype
+        self.tokens: list[int] = []
+        self.cache_len = 0
+        self.cache: DynamicCache | None = None
+        self.counters = Counters()
+        self.clock = WallClock(cuda=self.device.type == "cuda")
+        # transformers >= 5.2x renamed the forward's cache argument; take whichever the stock class has
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._scored_pending = 0   # pending tokens fed in the last score() (draft nodes follow them)
+        self._scored_nodes = -1    # nodes scored in the last score(); -1 = nothing awaits commit
+
+    # ------------------------------------------------------------------ forward
+    def _forward(self, ids: list[int], positions: list[int] | None, mask, keep: int):
+        ids_t = torch.tensor([ids], dtype=torch.long, device=self.device)  # [1, q]
+        if positions is None:
+            pos_t = torch.arange(self.cache_len, self.cache_len + len(ids), device=self.device).unsqueeze(0)  # [1, q]
+        else:
+            pos_t = torch.tensor([positions], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids_t, position_ids=pos_t, attention_mask=mask, use_cache=True,
+                         logits_to_keep=keep, **{self._cache_kw: self.cache})
+        return out.logits[0]  # [keep, V]
+
+    @torch.inference_mode()
+    def prefill(self, prompt: list[int]) -> None:
+        if len(prompt) == 0:
+            raise OuroborosError("empty prompt: give at least one token")
+        if len(prompt) >= self.max_context:
+            raise OuroborosError(f"prompt of {len(prompt)} tokens does not fit {self.name}'s context of {self.max_context}")
+        self.cache = DynamicCache(config=self.config)
+        self.tokens = list(prompt)
+        self.cache_len = 0
+        self._scored_nodes = -1
+        if len(prompt) > 1:  # the last prompt token stays pending: the first score() feeds it
+            self._forward(self.tokens[:-1], None, None, keep=1)
+            self.cache_len = len(prompt) - 1
+            self.counters.prefill_tokens += len(prompt) - 1
+
+    @torch.inference_mode()
+    def score(self, draft: Draft, want_logits: bool = False) -> Scores:
+        if self._scored_nodes >= 0:
+            raise RuntimeError("score() called twice without commit()")
+        pending = self.tokens[self.cache_len:]
+        n_p, n = len(pending), len(draft)
+        if n_p == 0:
+            raise RuntimeError("no pending token to score from (call prefill first)")
+        base = self.cache_len
+        if draft.is_chain:
+            positions, mask = None, None  # plain causal attention
+        else:
+            positions = list(range(base, base + n_p)) + [base + n_p + d for d in draft.depths]
+            mask = additive_mask(draft.parents, n_p, base, self.dtype, self.device)  # [1, 1, q, base + q]
+        logits = self._forward(pending + draft.tokens, positions, mask, keep=n + 1)  # [n + 1, V]
+        self._scored_pending, self._scored_nodes = n_p, n
+        self.counters.forwards += 1
+        self.counters.tokens += n_p + n
+        preds = logits.argmax(-1).tolist()  # the step's one deliberate device sync
+        return Scores(preds=preds, logits=logits if want_logits else None)
+
+    # ------------------------------------------------------------------ cache edits
+    def _layers(self):
+        return self.cache.layers  # type: ignore[union-attr]
+
+    def _trim(self, length: int) -> None:
+        for layer in self._layers():
+            if layer.keys is not None and layer.keys.shape[-2] > length:
+                layer.keys = layer.keys[..., :length, :]
+                layer.values = layer.values[..., :length, :]
+
+    @torch.inference_mode()
+    def commit(self, path: list[int], new_tokens: list[int]) -> None:
+        """Keep pending + the accepted nodes `path` (ascending node indices), then append `new_tokens`
+        (the path's tokens, possibly + the bonus token, which stays pending)."""
+        if self._scored_nodes < 0:
+            raise RuntimeError("commit() without a preceding score()")
+        base = self.cache_len + self._scored_pending  # where the draft nodes' KV starts
+        m = len(path)
+        if path != list(range(m)):  # a non-first branch was accepted: move its KV into place
+            src = torch.tensor([base + p for p in path], dtype=torch.long, device=self.device)  # [m]
+            for layer in self._layers():
+                layer.keys[..., base:base + m, :] = layer.keys.index_select(-2, src.to(layer.keys.device))
+                layer.values[..., base:base + m, :] = layer.values.index_select(-2, src.to(layer.values.device))
+        self._trim(base + m)
+        self.tokens.extend(new_tokens)
+        self.cache_len = min(base + m, len(self.tokens) - 1)
+        self._trim(self.cache_len)
+        self._scored_nodes = -1
+
+    def rollback(self, n: int) -> None:
+        if n < 0 or n > len(self.tokens) - 1:
+            raise ValueError(f"cannot roll back {n} of {len(self.tokens)} tokens")
+        if n:
+            del self.tokens[len(self.tokens) - n:]
+            if self.cache_len > len(self.tokens) - 1:
+                self.cache_len = len(self.tokens) - 1
+                self._trim(self.cache_len)
+
+    def append(self, tokens: list[int]) -> None:
+        self.tokens.extend(tokens)

@@ -1,0 +1,136 @@
+"""THE decode loop: propose -> score -> verify -> commit -> observe -> record. One loop for every strategy.
+
+It knows nothing of Hydra, wandb, tokenizers or which strategy it runs: a strategy is a `Proposer` (one
+module under `ouroboros/strategies/`), a scorer is a `Backend` (hf or sim), a verification rule is a function
+`(draft, scores, state) -> Verdict`. A proposer that needs a model runs this same loop on that model
+(`run_steps`), e.g. Ouroboros' lookahead drafter or a vertical cascade.
+
+Budget rules: never emits past the first EOS token nor past max_new_tokens, even when the verified path is
+longer (the path is cut and only the kept part is committed); stops when the model context is full.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.draft import CANDIDATE, Draft
+from ouroboros.metrics import PromptResult, StepRecord
+from ouroboros.strategies.base import DecodeState, Proposer
+from ouroboros.verify import Verdict, verify_greedy
+
+Verifier = Callable[[Draft, Scores, DecodeState], Verdict]
+
+
+def greedy_verifier(draft: Draft, scores: Scores, state: DecodeState) -> Verdict:
+    return verify_greedy(draft, scores.preds)
+
+
+greedy_verifier.needs_logits = False  # type: ignore[attr-defined]
+
+
+@dataclass
+class LoopResult:
+    output: list[int]
+    steps: list[StepRecord]
+    stop_reason: str
+
+
+def check_request(target: Backend, prompt: Sequence[int], max_new_tokens: int) -> None:
+    if len(prompt) == 0:
+        raise OuroborosError("empty prompt: give at least one token")
+    if max_new_tokens <= 0:
+        raise OuroborosError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if len(prompt) >= target.max_context:
+        raise OuroborosError(f"prompt of {len(prompt)} tokens does not fit the model context of {target.max_context}")
+    bad = [t for t in prompt if not 0 <= t < target.vocab_size]
+    if bad:
+        raise OuroborosError(f"prompt token {bad[0]} is outside the vocabulary [0, {target.vocab_size})")
+
+
+def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids: frozenset[int] = frozenset(),
+              verifier: Verifier = greedy_verifier, prompt_len: int | None = None) -> LoopResult:
+    """Decode up to `max_new_tokens` from the backends' current (already prefilled) state."""
+    clock = target.clock
+    dc = proposer.counters
+    room = target.max_context - len(target.tokens)
+    state = DecodeState(tokens=target.tokens, prompt_len=len(target.tokens) if prompt_len is None else prompt_len,
+                        remaining=min(max_new_tokens, room), room=room)
+    out: list[int] = []
+    steps: list[StepRecord] = []
+    stop = "budget" if max_new_tokens <= room else "context"
+    want_logits = getattr(verifier, "needs_logits", True)
+    while state.remaining > 0:
+        f0, k0 = dc.forwards, dc.tokens
+        t0 = clock.now()
+        # 1. draft: a token tree (empty for vanilla)
+        draft = proposer.propose(state)
+        t1 = clock.now()
+        # 2. score: ONE target forward over pending tokens + the whole tree
+        fed = len(target.tokens) - target.cache_len + len(draft)  # type: ignore[attr-defined]
+        scores = target.score(draft, want_logits=want_logits)
+        # 3. verify: accepted root-to-leaf path + bonus token
+        verdict = verifier(draft, scores, state)
+        t2 = clock.now()
+        # 5. cut at the budget and after the first EOS (done before commit so only kept tokens are committed)
+        new = verdict.tokens[: state.remaining]
+        hit_eos = False
+        if eos_ids:
+            for i, t in enumerate(new):
+                if t in eos_ids:
+                    new, hit_eos = new[: i + 1], True
+                    break
+        if len(new) < len(verdict.tokens):  # the proposer observes exactly what was committed
+            verdict = replace(verdict, path=verdict.path[: len(new)], tokens=new)
+        # 4. commit: keep the accepted nodes' state, drop the rest
+        target.commit(verdict.path, new)
+        out.extend(new)
+        state.remaining -= len(new)
+        state.room -= len(new)
+        # 6. observe: pool harvesting, draft-side rollback, ...
+        proposer.observe(verdict, scores, state)
+        t3 = clock.now()
+        # 7. record
+        kinds = draft.kinds
+        n_cand = len(kinds) - sum(kinds)  # PROBE == 1
+        src = None
+        if verdict.path:
+            srcs = draft.sources
+            src = dict(Counter(srcs[i] for i in verdict.path))
+        steps.append(StepRecord(
+            n_nodes=len(draft), n_candidates=n_cand,
+            max_depth=_max_candidate_depth(draft, n_cand),
+            accepted=len(verdict.path), new_tokens=len(new), n_match=verdict.n_match,
+            target_tokens=fed, draft_forwards=dc.forwards - f0, draft_tokens=dc.tokens - k0,
+            draft_s=t1 - t0, verify_s=t2 - t1, other_s=t3 - t2, accepted_sources=src))
+        if hit_eos:
+            stop = "eos"
+            break
+    return LoopResult(out, steps, stop)
+
+
+def _max_candidate_depth(draft: Draft, n_cand: int) -> int:
+    if n_cand == 0:
+        return 0
+    if draft.is_chain:
+        return len(draft)
+    return 1 + max(d for d, k in zip(draft.depths, draft.kinds, strict=True) if k == CANDIDATE)
+
+
+def decode(target: Backend, proposer: Proposer, prompt: Sequence[int], max_new_tokens: int,
+           eos_ids: Sequence[int] = (), verifier: Verifier = greedy_verifier, prompt_id: str = "0") -> PromptResult:
+    """Prefill target and proposer with `prompt`, then run the loop. Returns the prompt's full record."""
+    check_request(target, prompt, max_new_tokens)
+    prompt = [int(t) for t in prompt]
+    clock = target.clock
+    t_start = clock.now()
+    target.prefill(prompt)
+    proposer.begin(prompt)
+    t_prefill = clock.now()
+    res = run_steps(target, proposer, max_new_tokens, frozenset(int(e) for e in eos_ids), verifier, len(prompt))
+    t_end = clock.now()
+    return PromptResult(prompt_id=prompt_id, prompt_len=len(prompt), output=res.output, elapsed_s=t_end - t_start,
+                        prefill_s=t_prefill - t_start, stop_reason=res.stop_reason, steps=res.steps,
+                        proposer_stats=proposer.stats())

@@ -1,0 +1,47 @@
+"""Run strategies over a prompt set on one backend pair, in one process: the unit every entry point and
+benchmark uses. Knows nothing of Hydra, wandb or tokenizers (prompts are token-id lists).
+
+Warm-up (one short decode per strategy) runs before any clock reading, so lazy allocations and kernel
+selection never land in a measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ouroboros.backends.base import Backend
+from ouroboros.decode import decode
+from ouroboros.metrics import RunResult
+from ouroboros.strategies import build_proposer, get_spec
+
+
+@dataclass
+class StrategyRun:
+    name: str                      # registry name
+    params: dict[str, Any] = field(default_factory=dict)
+    label: str | None = None       # display name (defaults to name)
+
+    @property
+    def display(self) -> str:
+        return self.label or self.name
+
+
+def run_strategy(run: StrategyRun, target: Backend, draft: Backend | None, prompts: Sequence[Sequence[int]],
+                 max_new_tokens: int | Sequence[int], eos_ids: Sequence[int] = (), prompt_ids: Sequence[str] | None = None,
+                 warmup: bool = True, progress: bool = False) -> RunResult:
+    spec = get_spec(run.name)
+    proposer = build_proposer(run.name, run.params, target, draft if spec.needs_draft_model else None)
+    budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    ids = list(prompt_ids) if prompt_ids is not None else [str(i) for i in range(len(prompts))]
+    if warmup and prompts:
+        decode(target, proposer, prompts[0], min(8, budgets[0]), eos_ids)
+    results = []
+    for pid, prompt, budget in tqdm(list(zip(ids, prompts, budgets, strict=True)), desc=run.display,
+                                    disable=not progress, leave=False):
+        res = decode(target, proposer, prompt, budget, eos_ids, prompt_id=pid)
+        results.append(res)
+    return RunResult(strategy=run.display, prompts=results)

@@ -1,0 +1,156 @@
+"""Metric records and their ONE definition each. Sinks (JSONL, wandb, console) only write these.
+
+Definitions (as in DESIGN.md):
+- new tokens: tokens emitted after the prompt (EOS included when emitted; never past max_new_tokens).
+- elapsed_s: wall seconds (hf) or modelled seconds (sim) from the start of prefill to the last token;
+  prefill_s is the part spent prefilling. Never mix wall and modelled time in one comparison.
+- tokens/s: total new tokens / total elapsed over all prompts (the paper's convention, `tokens_per_s`);
+  `mean_tokens_per_s` is the per-prompt mean of new_tokens / elapsed_s (Spec-Bench's convention).
+- speedup: vanilla elapsed / strategy elapsed on the same prompts, backend, dtype and hardware, in one run
+  (computed by `speedup`, never across runs).
+- block efficiency eta = new tokens / target forwards (includes the bonus token; prefill not counted).
+- accepted length A = accepted draft tokens / target forwards (excludes the bonus token).
+- #Match = sum_i [d_i == v_i] over the draft trunk d and the target's predictions v at the same positions
+  (paper Eq. 10); reported per target forward; always >= A on chain drafts.
+- draft forwards / tokens: forwards of the proposer's own model(s); c = draft tokens emitted per draft
+  forward is strategy-specific and reported by the proposer's stats.
+- per-position acceptance: proposed[i] = steps whose deepest candidate path reached position i,
+  accepted[i] = steps that accepted position i (vLLM's convention).
+- time split per step: draft_s (propose), verify_s (target forward + verification), other_s (commit,
+  observe: pool harvesting, draft rollback, bookkeeping).
+
+This module knows nothing of models or strategies; it only aggregates numbers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(slots=True)
+class StepRecord:
+    n_nodes: int                 # draft nodes scored (candidates + probes)
+    n_candidates: int
+    max_depth: int               # longest candidate root path (positions proposed this step)
+    accepted: int                # accepted draft tokens (bonus excluded)
+    new_tokens: int              # tokens emitted this step (after EOS / budget cut)
+    n_match: int                 # #Match on the trunk
+    target_tokens: int           # tokens fed to the target forward (pending + nodes)
+    draft_forwards: int
+    draft_tokens: int
+    draft_s: float
+    verify_s: float
+    other_s: float
+    accepted_sources: dict[str, int] | None = None
+
+
+@dataclass
+class PromptResult:
+    prompt_id: str
+    prompt_len: int
+    output: list[int]
+    elapsed_s: float
+    prefill_s: float
+    stop_reason: str             # "eos" | "budget" | "context"
+    steps: list[StepRecord] = field(default_factory=list)
+    proposer_stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.output)
+
+    @property
+    def target_forwards(self) -> int:
+        return len(self.steps)
+
+    def summary(self) -> dict:
+        s = self.steps
+        fw = max(len(s), 1)
+        return {
+            "prompt_id": self.prompt_id,
+            "prompt_len": self.prompt_len,
+            "new_tokens": self.new_tokens,
+            "elapsed_s": self.elapsed_s,
+            "prefill_s": self.prefill_s,
+            "tokens_per_s": self.new_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0,
+            "stop_reason": self.stop_reason,
+            "target_forwards": len(s),
+            "block_efficiency": self.new_tokens / fw,
+            "accepted_length": sum(r.accepted for r in s) / fw,
+            "match_per_forward": sum(r.n_match for r in s) / fw,
+            "draft_forwards": sum(r.draft_forwards for r in s),
+            "proposer_stats": dict(self.proposer_stats),
+        }
+
+
+def per_position(steps: list[StepRecord]) -> tuple[list[int], list[int]]:
+    """(proposed[i], accepted[i]) counts per draft position i."""
+    depth = max((r.max_depth for r in steps), default=0)
+    proposed, accepted = [0] * depth, [0] * depth
+    for r in steps:
+        for i in range(r.max_depth):
+            proposed[i] += 1
+        for i in range(r.accepted):
+            accepted[i] += 1
+    return proposed, accepted
+
+
+@dataclass
+class RunResult:
+    """Aggregates over the prompts of one strategy in one run."""
+
+    strategy: str
+    prompts: list[PromptResult]
+
+    def totals(self) -> dict:
+        steps = [r for p in self.prompts for r in p.steps]
+        new = sum(p.new_tokens for p in self.prompts)
+        elapsed = sum(p.elapsed_s for p in self.prompts)
+        fw = max(len(steps), 1)
+        proposed, accepted = per_position(steps)
+        src_acc: Counter[str] = Counter()
+        for r in steps:
+            if r.accepted_sources:
+                src_acc.update(r.accepted_sources)
+        stats: Counter[str] = Counter()
+        for p in self.prompts:
+            stats.update(p.proposer_stats)
+        per_prompt = [p.new_tokens / p.elapsed_s for p in self.prompts if p.elapsed_s > 0]
+        return {
+            "strategy": self.strategy,
+            "prompts": len(self.prompts),
+            "new_tokens": new,
+            "elapsed_s": elapsed,
+            "tokens_per_s": new / elapsed if elapsed > 0 else 0.0,
+            "mean_tokens_per_s": sum(per_prompt) / len(per_prompt) if per_prompt else 0.0,
+            "target_forwards": len(steps),
+            "block_efficiency": new / fw,
+            "accepted_length": sum(r.accepted for r in steps) / fw,
+            "match_per_forward": sum(r.n_match for r in steps) / fw,
+            "draft_forwards": sum(r.draft_forwards for r in steps),
+            "draft_tokens": sum(r.draft_tokens for r in steps),
+            "draft_s": sum(r.draft_s for r in steps),
+            "verify_s": sum(r.verify_s for r in steps),
+            "other_s": sum(r.other_s for r in steps),
+            "prefill_s": sum(p.prefill_s for p in self.prompts),
+            "position_proposed": proposed,
+            "position_accepted": accepted,
+            "accepted_by_source": dict(src_acc),
+            "proposer_stats": dict(stats),
+        }
+
+
+def speedup(baseline: RunResult, other: RunResult) -> float:
+    """baseline elapsed / other elapsed over the same prompts (raises if the prompt sets differ)."""
+    a = [p.prompt_id for p in baseline.prompts]
+    b = [p.prompt_id for p in other.prompts]
+    if a != b:
+        raise ValueError("speedup needs the same prompts in both runs")
+    tb = sum(p.elapsed_s for p in baseline.prompts)
+    to = sum(p.elapsed_s for p in other.prompts)
+    return tb / to if to > 0 else float("inf")
+
+
+def step_dict(r: StepRecord) -> dict:
+    return asdict(r)

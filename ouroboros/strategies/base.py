@@ -1,0 +1,58 @@
+"""The proposer protocol: what a strategy is. Two working methods (propose, observe) plus lifecycle.
+
+- `begin(prompt)`: a new prompt starts (prefill the proposer's own model, index the prompt, ...).
+- `propose(state) -> Draft`: the token tree for this step; may be empty (vanilla). Its depth should not
+  exceed `state.max_depth()` (tokens past the budget can never be emitted).
+- `observe(verdict, scores, state)`: what the target decided (accepted path, bonus, predictions at every
+  node); sync the proposer's model, harvest phrases, ...
+- `stats()`: cumulative strategy-specific counters for this prompt (pool lookups, hits, ...).
+- `counters`: forwards / tokens of the proposer's own model(s), read by the loop per step.
+
+A proposer knows nothing of the loop's bookkeeping, sinks or configs other than its own dataclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ouroboros.backends.base import Counters, Scores
+from ouroboros.draft import Draft
+from ouroboros.verify import Verdict
+
+
+@dataclass
+class DecodeState:
+    tokens: list[int]    # committed sequence, prompt + generated (the target backend's list: read only)
+    prompt_len: int
+    remaining: int       # tokens still allowed by max_new_tokens (and the context)
+    room: int            # free positions left in the target's context
+
+    def max_depth(self) -> int:
+        """Deepest useful draft: the bonus token needs one more slot, the context must hold the tree."""
+        return max(0, min(self.remaining - 1, self.room - 1))
+
+
+class Proposer(Protocol):
+    counters: Counters
+
+    def begin(self, prompt: list[int]) -> None: ...
+    def propose(self, state: DecodeState) -> Draft: ...
+    def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None: ...
+    def stats(self) -> dict[str, float]: ...
+
+
+class ModelFreeProposer:
+    """Shared no-op lifecycle for proposers without a model of their own."""
+
+    def __init__(self) -> None:
+        self.counters = Counters()
+
+    def begin(self, prompt: list[int]) -> None:
+        pass
+
+    def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None:
+        pass
+
+    def stats(self) -> dict[str, float]:
+        return {}
