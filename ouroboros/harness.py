@@ -31,7 +31,8 @@ class StrategyRun:
 
 
 def run_strategy(run: StrategyRun, target: Backend, draft: Backend | None, prompts: Sequence[Sequence[int]],
-                 max_new_tokens: int | Sequence[int], eos_ids: Sequence[int] = (), prompt_ids: Sequence[str] | None = None,
+                 max_new_tokens: int | Sequence[int], eos_ids: Sequence[int] = (),
+                 prompt_ids: Sequence[str] | None = None,
                  warmup: bool = True, progress: bool = False) -> RunResult:
     spec = get_spec(run.name)
     proposer = build_proposer(run.name, run.params, target, draft if spec.needs_draft_model else None)

@@ -30,6 +30,15 @@ class LoadedPair:
     eos_ids: tuple[int, ...] = ()
 
 
+def load_pair(model: dict, dtype: str = "float32", device: str = "cpu") -> LoadedPair:
+    """Dispatch on model['kind'] (the Hydra `model` group, as a plain dict)."""
+    cfg = dict(model)
+    kind = cfg.pop("kind", None)
+    if kind == "tiny":
+        return load_tiny_pair(**cfg, dtype=dtype, device=device)
+    raise OuroborosError(f"unknown model kind {kind!r}; known: tiny")
+
+
 def load_tiny_pair(family: str = "llama", seed: int = 0, draft_noise: float = 0.05, vocab_size: int = 512,
                    hidden_size: int = 256, layers: int = 4, draft_layers: int = 2, dtype: str = "float32",
                    device: str = "cpu") -> LoadedPair:

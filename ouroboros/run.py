@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import random
 import sys
 import time
 from typing import Any
@@ -19,23 +18,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
+from ouroboros.datasets import load_prompts
 from ouroboros.harness import StrategyRun, run_strategy
 from ouroboros.metrics import RunResult, speedup
-from ouroboros.models import load_tiny_pair
+from ouroboros.models import load_pair
 from ouroboros.strategies import get_spec, make_config
-
-
-def synthetic_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
-    """Random token ids with repeated phrases (so prompt lookup and phrase pools have something to find)."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        phrases = [[rng.randrange(2, vocab) for _ in range(rng.randint(2, 6))] for _ in range(4)]
-        p: list[int] = []
-        while len(p) < length:
-            p += rng.choice(phrases) if rng.random() < 0.6 else [rng.randrange(2, vocab)]
-        out.append(p[:length])
-    return out
 
 
 def format_table(results: list[RunResult], baseline: RunResult | None) -> str:
@@ -54,27 +41,24 @@ def main_plain(cfg: dict[str, Any]) -> list[RunResult]:
 
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg["threads"]))
-    model_cfg = dict(cfg["model"])
-    kind = model_cfg.pop("kind")
     strat = cfg["strategy"]
     make_config(strat["name"], strat.get("params") or {})  # validate before any model loads
     if cfg["max_new_tokens"] <= 0:
         raise OuroborosError(f"max_new_tokens must be >= 1, got {cfg['max_new_tokens']}")
-    if kind != "tiny":
-        raise OuroborosError(f"unknown model kind {kind!r}; known: tiny")
-    pair = load_tiny_pair(**model_cfg, dtype=cfg["dtype"], device=cfg["device"])
+    pair = load_pair(cfg["model"], dtype=cfg["dtype"], device=cfg["device"])
     target = HFBackend(pair.target, name="target")
     draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
-    ds = cfg["dataset"]
-    prompts = synthetic_prompts(ds["num_prompts"], ds["prompt_len"], target.vocab_size, cfg["seed"])
+    prompts = load_prompts(cfg["dataset"], pair.tokenizer, target.vocab_size, cfg["seed"])
     runs = []
     if cfg.get("baseline") and cfg["baseline"] != strat["name"]:
         runs.append(StrategyRun(cfg["baseline"]))
     runs.append(StrategyRun(strat["name"], dict(strat.get("params") or {})))
-    for r in runs:
-        get_spec(r.name)
-    results = [run_strategy(r, target, draft, prompts, cfg["max_new_tokens"], pair.eos_ids, warmup=cfg["warmup"],
-                            progress=True) for r in runs]
+    for sr in runs:
+        get_spec(sr.name)
+    ids = [p.ids for p in prompts]
+    budgets = [p.max_new_tokens or cfg["max_new_tokens"] for p in prompts]
+    results = [run_strategy(sr, target, draft, ids, budgets, pair.eos_ids, prompt_ids=[p.id for p in prompts],
+                            warmup=cfg["warmup"], progress=True) for sr in runs]
     base = results[0] if runs[0].name == "vanilla" else None
     print(format_table(results, base))
     if base is not None:

@@ -8,6 +8,7 @@ Knows nothing of strategies or the loop.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 
@@ -16,7 +17,7 @@ FAMILIES = ("llama", "qwen2")
 
 def tiny_config(family: str = "llama", vocab_size: int = 96, hidden_size: int = 64, layers: int = 2,
                 heads: int = 4, kv_heads: int = 2, max_positions: int = 512):
-    common = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+    common: dict[str, Any] = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
                   num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                   max_position_embeddings=max_positions, tie_word_embeddings=False, bos_token_id=0,
                   eos_token_id=1, pad_token_id=None)

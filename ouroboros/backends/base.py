@@ -60,8 +60,11 @@ class Backend(Protocol):
     max_context: int
     tokens: list[int]           # committed sequence (prompt + generated)
     cache_len: int              # committed tokens whose state is cached; the rest are pending
-    counters: Counters
-    clock: Clock
+
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def clock(self) -> Clock: ...
 
     def prefill(self, prompt: list[int]) -> None: ...
     def score(self, draft: Draft, want_logits: bool = False) -> Scores: ...

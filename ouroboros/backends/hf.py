@@ -58,7 +58,8 @@ class HFBackend:
         if len(prompt) == 0:
             raise OuroborosError("empty prompt: give at least one token")
         if len(prompt) >= self.max_context:
-            raise OuroborosError(f"prompt of {len(prompt)} tokens does not fit {self.name}'s context of {self.max_context}")
+            raise OuroborosError(
+                f"prompt of {len(prompt)} tokens does not fit {self.name}'s context of {self.max_context}")
         self.cache = DynamicCache(config=self.config)
         self.tokens = list(prompt)
         self.cache_len = 0
