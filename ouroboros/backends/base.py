@@ -56,11 +56,14 @@ class WallClock:
 
 @runtime_checkable
 class Backend(Protocol):
-    vocab_size: int
-    max_context: int
-    tokens: list[int]           # committed sequence (prompt + generated)
-    cache_len: int              # committed tokens whose state is cached; the rest are pending
-
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def max_context(self) -> int: ...
+    @property
+    def tokens(self) -> list[int]: ...          # committed sequence (prompt + generated)
+    @property
+    def cache_len(self) -> int: ...             # committed tokens whose state is cached; the rest are pending
     @property
     def counters(self) -> Counters: ...
     @property
