@@ -14,6 +14,7 @@ import argparse
 import statistics
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
         pair = load_pair(parse_kv(args.model), dtype=args.dtype, device=args.device)
-        model = pair.target
+        model: Any = pair.target
         model.generation_config.eos_token_id = None
         target = HFBackend(model)
         if pair.tokenizer is not None:
