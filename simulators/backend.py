@@ -1,0 +1,192 @@
+"""The `sim` backend: the Backend protocol with modelled time.
+
+- `SimClock`: a clock that only moves when a forward is charged to it. The target and the draft of a pair
+  share one, so the loop's draft / verify split is modelled time.
+- `SimBackend`: token decisions from a `TokenModel` (surrogate LM or trace replay, incremental states, so a
+  tree of n nodes costs n steps); every forward charges `cost.forward_s(k, ctx)` with k = tokens fed
+  (pending + draft nodes, probes included) and ctx = cached tokens. Same cache convention as `hf`: the
+  last committed token(s) stay pending and are fed with the next forward.
+- `ProxyBackend`: any real backend decides the tokens (e.g. a small `hf` pair), the clock charges another
+  model's cost (e.g. the large pair on an H100).
+
+Knows nothing of strategies, verification or budgets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ouroboros.backends.base import Backend, Counters, OuroborosError, Scores
+from ouroboros.draft import Draft
+from simulators.cost_model import CostModel
+from simulators.surrogate import TokenModel
+
+
+class SimClock:
+    """Modelled seconds. `now()` for the loop; `charge(s)` for backends."""
+
+    __slots__ = ("t",)
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def charge(self, seconds: float) -> None:
+        if seconds < 0:
+            raise OuroborosError(f"cannot charge a negative time ({seconds} s) to the simulated clock")
+        self.t += seconds
+
+
+class SimBackend:
+    def __init__(self, lm: TokenModel, cost: CostModel, clock: SimClock, max_context: int = 4096,
+                 name: str = "model"):
+        self.lm = lm
+        self.cost = cost
+        self.clock = clock
+        self.name = name
+        self.vocab_size = lm.vocab_size
+        self.max_context = int(max_context)
+        self.tokens: list[int] = []
+        self.cache_len = 0
+        self.counters = Counters()
+        self._states: list[Any] = [lm.start()]   # _states[i] = state of tokens[:i]
+        self._node_states: list[Any] = []
+        self._scored_pending = 0
+        self._scored_nodes = -1
+
+    def prefill(self, prompt: list[int]) -> None:
+        if len(prompt) == 0:
+            raise OuroborosError("empty prompt: give at least one token")
+        if len(prompt) >= self.max_context:
+            raise OuroborosError(
+                f"prompt of {len(prompt)} tokens does not fit {self.name}'s context of {self.max_context}")
+        step = self.lm.step
+        st = self.lm.start()
+        states = [st]
+        for t in prompt:
+            st = step(st, t)
+            states.append(st)
+        self._states = states
+        self.tokens = list(prompt)
+        self.cache_len = 0
+        self._scored_nodes = -1
+        if len(prompt) > 1:
+            self.clock.charge(self.cost.forward_s(len(prompt) - 1, 0))
+            self.cache_len = len(prompt) - 1
+            self.counters.prefill_tokens += len(prompt) - 1
+
+    def score(self, draft: Draft, want_logits: bool = False) -> Scores:
+        if self._scored_nodes >= 0:
+            raise RuntimeError("score() called twice without commit()")
+        n_p = len(self.tokens) - self.cache_len
+        if n_p <= 0:
+            raise RuntimeError("no pending token to score from (call prefill first)")
+        lm_step, predict = self.lm.step, self.lm.predict
+        root = self._states[-1]
+        preds = [predict(root)]
+        states: list[Any] = []
+        toks = draft.tokens
+        if draft.is_chain:
+            st = root
+            for t in toks:
+                st = lm_step(st, t)
+                states.append(st)
+                preds.append(predict(st))
+        else:
+            for t, p in zip(toks, draft.parents, strict=True):
+                st = lm_step(states[p] if p >= 0 else root, t)
+                states.append(st)
+                preds.append(predict(st))
+        n = len(toks)
+        self.clock.t += self.cost.forward_s(n_p + n, self.cache_len)
+        c = self.counters
+        c.forwards += 1
+        c.tokens += n_p + n
+        self._node_states = states
+        self._scored_pending, self._scored_nodes = n_p, n
+        return Scores(preds=preds, logits=self._one_hot(preds) if want_logits else None)
+
+    def _one_hot(self, preds: list[int]):
+        """Greedy-only scores as logits: 0 at the chosen token, -inf elsewhere ([n + 1, V] float32)."""
+        import torch
+
+        logits = torch.full((len(preds), self.vocab_size), float("-inf"))
+        logits[torch.arange(len(preds)), torch.tensor(preds)] = 0.0
+        return logits
+
+    def commit(self, path: list[int], new_tokens: list[int]) -> None:
+        if self._scored_nodes < 0:
+            raise RuntimeError("commit() without a preceding score()")
+        base = self.cache_len + self._scored_pending
+        m = len(path)
+        states, node_states = self._states, self._node_states
+        for i in path:
+            states.append(node_states[i])
+        if len(new_tokens) > m:
+            step, st = self.lm.step, states[-1]
+            for t in new_tokens[m:]:
+                st = step(st, t)
+                states.append(st)
+        self.tokens.extend(new_tokens)
+        self.cache_len = min(base + m, len(self.tokens) - 1)
+        self._scored_nodes = -1
+
+    def rollback(self, n: int) -> None:
+        if n < 0 or n > len(self.tokens) - 1:
+            raise ValueError(f"cannot roll back {n} of {len(self.tokens)} tokens")
+        if n:
+            del self.tokens[len(self.tokens) - n:]
+            del self._states[len(self.tokens) + 1:]
+            if self.cache_len > len(self.tokens) - 1:
+                self.cache_len = len(self.tokens) - 1
+
+    def append(self, tokens: list[int]) -> None:
+        step, states = self.lm.step, self._states
+        st = states[-1]
+        for t in tokens:
+            st = step(st, t)
+            states.append(st)
+        self.tokens.extend(tokens)
+
+
+class ProxyBackend:
+    """A real backend decides the tokens; the simulated clock charges `cost` for each of its forwards."""
+
+    def __init__(self, inner: Backend, cost: CostModel, clock: SimClock, name: str = "proxy"):
+        self.inner, self.cost, self.clock, self.name = inner, cost, clock, name
+        self.vocab_size = inner.vocab_size
+        self.max_context = inner.max_context
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.inner.tokens
+
+    @property
+    def cache_len(self) -> int:
+        return self.inner.cache_len
+
+    @property
+    def counters(self) -> Counters:
+        return self.inner.counters
+
+    def prefill(self, prompt: list[int]) -> None:
+        self.inner.prefill(prompt)
+        if len(prompt) > 1:
+            self.clock.charge(self.cost.forward_s(len(prompt) - 1, 0))
+
+    def score(self, draft: Draft, want_logits: bool = False) -> Scores:
+        k, ctx = len(self.inner.tokens) - self.inner.cache_len + len(draft), self.inner.cache_len
+        out = self.inner.score(draft, want_logits)
+        self.clock.charge(self.cost.forward_s(k, ctx))
+        return out
+
+    def commit(self, path: list[int], new_tokens: list[int]) -> None:
+        self.inner.commit(path, new_tokens)
+
+    def rollback(self, n: int) -> None:
+        self.inner.rollback(n)
+
+    def append(self, tokens: list[int]) -> None:
+        self.inner.append(tokens)

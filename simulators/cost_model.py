@@ -1,0 +1,139 @@
+"""Cost model: seconds for ONE forward of k new tokens over ctx cached tokens,
+
+    t(k, ctx) = fixed_s + token_s * k + max(weight_s, flop_s_per_token * ceil(k / tile) * tile)
+                + kv_s_per_ctx * ctx + attn_s_per_q_ctx * k * ctx
+
+- fixed_s: per-forward framework / launch / per-layer overheads (large in HF eager mode) + pipeline hops;
+- token_s: per-token costs that are neither weight reads nor matmuls (activation transfers, elementwise);
+- max(...): the roofline of the weight matmuls (all decoder layers + LM head): reading every weight once
+  (memory bound, small k) vs 2 * params FLOP per token (compute bound, large k), k rounded up to the tile;
+- kv_s_per_ctx: reading one cached token's K and V in every layer; attn_s_per_q_ctx: QK^T and AV FLOPs.
+
+Three ways in: `from_spec` (model profile x hardware profile x dtype, with placement: single device,
+pipeline = device_map="auto" (layers run one device after another), tensor parallel), `scaled_to` (a
+user's measured t(1) = t_T or t_S; the shape comes from the spec model or is flat), and `fit` (least squares
+over measured (k, ctx, seconds) points, as `simulators.calibrate` does). `check_fits` refuses pairs that do
+not fit the machine's memory.
+
+This module knows nothing of tokens, strategies or clocks: it only turns shapes into seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from ouroboros.backends.base import OuroborosError
+from simulators.hardware import Hardware
+from simulators.profiles import ModelProfile
+
+DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0, "bfloat16": 2.0,
+               "int8": 1.0, "fp8": 1.0, "int4": 0.5}
+
+
+def dtype_bytes(name: str) -> float:
+    if name not in DTYPE_BYTES:
+        raise OuroborosError(f"unknown dtype {name!r} for the cost model; known: {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[name]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    fixed_s: float = 0.0
+    token_s: float = 0.0
+    weight_s: float = 0.0
+    flop_s_per_token: float = 0.0
+    tile: int = 1
+    kv_s_per_ctx: float = 0.0
+    attn_s_per_q_ctx: float = 0.0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, float | int) and not isinstance(v, bool) and (v < 0 or math.isnan(v)):
+                raise OuroborosError(f"cost model {self.name!r}: {f.name} must be >= 0, got {v}")
+        if self.tile < 1:
+            raise OuroborosError(f"cost model {self.name!r}: tile must be >= 1, got {self.tile}")
+
+    def forward_s(self, k: int, ctx: int) -> float:
+        """Seconds for one forward of k >= 1 new tokens over ctx >= 0 cached tokens."""
+        if k <= 0 or ctx < 0:
+            raise OuroborosError(f"a forward needs k >= 1 new tokens and ctx >= 0 cached ones, got k={k}, ctx={ctx}")
+        kt = -(-k // self.tile) * self.tile
+        mm = self.flop_s_per_token * kt
+        return (self.fixed_s + self.token_s * k + (mm if mm > self.weight_s else self.weight_s)
+                + ctx * (self.kv_s_per_ctx + self.attn_s_per_q_ctx * k))
+
+    def scaled(self, factor: float) -> CostModel:
+        if not factor > 0:
+            raise OuroborosError(f"cost scale factor must be > 0, got {factor}")
+        return replace(self, fixed_s=self.fixed_s * factor, token_s=self.token_s * factor,
+                       weight_s=self.weight_s * factor, flop_s_per_token=self.flop_s_per_token * factor,
+                       kv_s_per_ctx=self.kv_s_per_ctx * factor, attn_s_per_q_ctx=self.attn_s_per_q_ctx * factor)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CostModel:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise OuroborosError(f"cost model has no field {unknown[0]!r}; fields: {', '.join(sorted(known))}")
+        return cls(**d)
+
+
+def from_spec(model: ModelProfile, hw: Hardware, dtype: str = "fp16") -> CostModel:
+    """Roofline cost of `model` on `hw` (placement from the hardware profile)."""
+    b = dtype_bytes(dtype)
+    d = hw.devices if hw.placement != "single" else 1
+    bw = hw.mem_bw_gb_s * 1e9 * hw.bw_eff       # bytes/s per device
+    fl = hw.tflops * 1e12 * hw.flop_eff          # FLOP/s per device
+    weight_s = model.read_params * b / bw
+    flop_tok = 2.0 * model.read_params / fl
+    kv = model.kv_bytes_per_token(b) / bw
+    attn = 4.0 * model.layers * model.hidden / fl  # QK^T + AV: 2 FLOP x hidden each, per query x cached token
+    fixed = hw.forward_overhead_s + model.layers * hw.layer_overhead_s
+    token = 0.0
+    link = hw.link_gb_s * 1e9
+    if hw.placement == "pipeline" and d > 1:
+        # device_map="auto": layers split over d devices that run one after another -> no speed-up from the
+        # extra bandwidth; each of the d - 1 boundaries ships the hidden states (k x hidden) once.
+        fixed += (d - 1) * hw.link_latency_s
+        token += (d - 1) * model.hidden * b / link
+    elif hw.placement == "tensor" and d > 1:
+        # Megatron-style: every device reads 1/d of each layer; two ring all-reduces of k x hidden per layer.
+        weight_s, flop_tok, kv, attn = weight_s / d, flop_tok / d, kv / d, attn / d
+        fixed += 2 * model.layers * hw.link_latency_s
+        token += 2 * model.layers * 2 * (d - 1) / d * model.hidden * b / link
+    return CostModel(fixed_s=fixed, token_s=token, weight_s=weight_s, flop_s_per_token=flop_tok, tile=hw.tile,
+                     kv_s_per_ctx=kv, attn_s_per_q_ctx=attn, name=f"{model.name}@{hw.name}/{dtype}")
+
+
+def scaled_to(t1_s: float, base: CostModel | None, ctx_ref: int = 256, name: str = "") -> CostModel:
+    """A cost model whose t(1, ctx_ref) equals a measured single-token forward time `t1_s` (t_T or t_S).
+    With `base` (e.g. the spec model) its shape in k and ctx is kept; without, the cost is flat in k and ctx."""
+    if not t1_s > 0:
+        raise OuroborosError(f"a measured forward time must be > 0 seconds, got {t1_s}")
+    if base is None:
+        return CostModel(fixed_s=float(t1_s), name=name or "flat")
+    return replace(base.scaled(t1_s / base.forward_s(1, ctx_ref)), name=name or base.name)
+
+
+def check_fits(target: ModelProfile, draft: ModelProfile | None, hw: Hardware, dtype: str, ctx: int) -> float:
+    """Bytes the pair needs (weights + KV caches at `ctx` tokens); raises a one-line error if the machine's
+    usable memory is smaller. Returns the bytes needed."""
+    b = dtype_bytes(dtype)
+    models = [target] + ([draft] if draft is not None else [])
+    weights = sum(m.params for m in models) * b
+    kv = sum(m.kv_bytes_per_token(b) for m in models) * ctx
+    need = weights + kv
+    if need > hw.usable_bytes:
+        names = " + ".join(m.name for m in models)
+        raise OuroborosError(
+            f"{names} in {dtype} needs {need / 1e9:.0f} GB ({weights / 1e9:.0f} GB weights + {kv / 1e9:.1f} GB KV "
+            f"at {ctx} tokens) but {hw.name} has {hw.usable_bytes / 1e9:.0f} GB usable ({hw.devices} x "
+            f"{hw.mem_gb:g} GB x {hw.mem_reserve:g}): use more devices or a smaller dtype")
+    return need

@@ -1,0 +1,89 @@
+"""Hardware profiles: what one machine (one or more identical devices) can do per second, and how a model is
+placed on it. Built from the plain dict of a `conf/hardware/<name>.yaml` file.
+
+Units: bytes/s and FLOP/s per device (peak, from spec sheets), efficiency factors in [0, 1] (the fraction
+of peak a batch-1 forward reaches), seconds for overheads. Every profile names its source.
+
+This module knows nothing of models, tokens or strategies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ouroboros.backends.base import OuroborosError
+
+PLACEMENTS = ("single", "pipeline", "tensor")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    devices: int                    # identical devices the pair is spread over
+    mem_gb: float                   # memory per device, GB (1e9 bytes)
+    mem_bw_gb_s: float              # peak memory bandwidth per device, GB/s
+    tflops: float                   # peak dense 16-bit TFLOP/s per device
+    bw_eff: float = 0.8             # achieved fraction of mem_bw at batch 1
+    flop_eff: float = 0.6           # achieved fraction of tflops on skinny matmuls
+    tile: int = 16                  # k is rounded up to a multiple of this (tensor-core / blocking tile)
+    forward_overhead_s: float = 0.0  # fixed cost per forward (framework, launch, host<->device sync)
+    layer_overhead_s: float = 0.0   # per decoder layer per forward (kernel launches in eager mode)
+    link_gb_s: float = 0.0          # device-to-device bandwidth (NVLink), GB/s
+    link_latency_s: float = 0.0     # per transfer / all-reduce
+    placement: str = "single"       # single | pipeline (device_map="auto") | tensor (tensor parallel)
+    mem_reserve: float = 0.9        # usable fraction of memory (allocator, activations, runtime)
+    source: str = ""
+    costs: dict[str, dict[str, Any]] | None = None  # fitted cost models by model name (simulators.calibrate)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Hardware:
+        d = dict(d)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise OuroborosError(f"hardware profile has no field {unknown[0]!r}; fields: {', '.join(sorted(known))}")
+        if "name" not in d:
+            raise OuroborosError("hardware profile needs a name")
+        try:
+            hw = cls(**d)
+        except TypeError as e:
+            raise OuroborosError(f"hardware profile {d.get('name')!r}: {e}") from None
+        hw.check()
+        return hw
+
+    def check(self) -> None:
+        n = self.name
+        if self.placement not in PLACEMENTS:
+            raise OuroborosError(f"hardware {n!r}: placement must be one of {', '.join(PLACEMENTS)}, "
+                                 f"got {self.placement!r}")
+        if self.devices < 1:
+            raise OuroborosError(f"hardware {n!r}: devices must be >= 1, got {self.devices}")
+        if self.placement == "single" and self.devices != 1:
+            raise OuroborosError(f"hardware {n!r}: placement 'single' needs devices=1, got {self.devices}")
+        for f in ("mem_gb", "mem_bw_gb_s", "tflops"):
+            if not getattr(self, f) > 0:
+                raise OuroborosError(f"hardware {n!r}: {f} must be > 0, got {getattr(self, f)}")
+        for f in ("bw_eff", "flop_eff", "mem_reserve"):
+            if not 0 < getattr(self, f) <= 1:
+                raise OuroborosError(f"hardware {n!r}: {f} must be in (0, 1], got {getattr(self, f)}")
+        for f in ("forward_overhead_s", "layer_overhead_s", "link_gb_s", "link_latency_s"):
+            if getattr(self, f) < 0:
+                raise OuroborosError(f"hardware {n!r}: {f} must be >= 0, got {getattr(self, f)}")
+        if self.tile < 1:
+            raise OuroborosError(f"hardware {n!r}: tile must be >= 1, got {self.tile}")
+        if self.placement != "single" and self.devices > 1 and self.link_gb_s <= 0:
+            raise OuroborosError(f"hardware {n!r}: {self.placement} placement over {self.devices} devices "
+                                 "needs link_gb_s > 0")
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.devices * self.mem_gb * 1e9 * self.mem_reserve
+
+    def with_placement(self, placement: str | None, devices: int | None = None) -> Hardware:
+        """The same machine with another placement (e.g. tensor instead of pipeline); checked."""
+        from dataclasses import replace
+
+        hw = replace(self, placement=placement or self.placement, devices=devices or self.devices)
+        hw.check()
+        return hw

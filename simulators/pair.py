@@ -1,0 +1,150 @@
+"""`make_pair(model, hardware, sim, seed)`: a simulated (target, draft) backend pair on one shared modelled clock,
+from the plain dicts of the Hydra groups `model` (with its `profile:` section), `hardware` and `sim`.
+
+Cost (which seconds each forward is charged), in order of precedence:
+  1. sim.t_target_s / sim.t_draft_s: a user's measured single-token forward times (t_T, t_S); the shape in k
+     and ctx comes from the spec-sheet model unless sim.shape == "flat";
+  2. hardware.costs[<model name>]: a fitted cost model written by `python -m simulators.calibrate`;
+  3. the spec-sheet roofline (`cost_model.from_spec`) of the model profile on the hardware profile.
+Tokens (sim.tokens): `surrogate` (n-gram target + bursty draft), `iid` (draft agrees with probability
+sim.alpha, i.i.d.), `replay` (sim.trace: a trace recorded by `simulators.replay`), `proxy` (sim.proxy_model:
+a real pair loaded by `ouroboros.models.load_pair` decides the tokens).
+
+Knows nothing of strategies or the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.datasets import Prompt
+from simulators.backend import ProxyBackend, SimBackend, SimClock
+from simulators.cost_model import CostModel, check_fits, from_spec, scaled_to
+from simulators.hardware import Hardware
+from simulators.profiles import PairProfile
+from simulators.surrogate import EOS_ID, IIDDraftLM, NGramLM, NoisyDraftLM
+
+SIM_DEFAULTS: dict[str, Any] = {
+    "tokens": "surrogate",        # surrogate | iid | replay | proxy
+    "corpus": "code",             # surrogate corpus: code | prose
+    "vocab": 4096,                # surrogate vocabulary
+    "order": 4,                   # n-gram order of the surrogate target
+    "p_top": 0.75,                # how often the surrogate target takes its table's top continuation
+    "alpha_easy": 0.92,           # surrogate draft agreement in easy stretches
+    "alpha_hard": 0.45,           # ... in hard stretches
+    "hard_frac": 0.25,            # fraction of positions in hard stretches
+    "burst_len": 24,              # length of an easy / hard stretch (tokens)
+    "p_shift": 0.5,               # share of mismatches that are "one token too early" (else the runner-up)
+    "alpha": 0.8,                 # iid draft agreement
+    "dtype": "fp16",
+    "placement": None,            # override the hardware's placement: single | pipeline | tensor
+    "devices": None,              # override the hardware's device count
+    "ctx": 4096,                  # context the memory check reserves KV for
+    "t_target_s": None,           # measured t_T (seconds per single-token target forward)
+    "t_draft_s": None,            # measured t_S
+    "ctx_ref": 256,               # context at which t_T / t_S were measured
+    "shape": "spec",              # shape of the measured cost in k and ctx: spec | flat
+    "trace": None,                # replay: path of a recorded trace (JSON)
+    "proxy_model": None,          # proxy: a model dict for ouroboros.models.load_pair
+    "proxy_dtype": "float32",
+}
+
+
+@dataclass
+class SimPair:
+    target: Backend
+    draft: Backend
+    clock: SimClock
+    tokenizer: Any = None
+    eos_ids: tuple[int, ...] = ()
+    costs: dict[str, CostModel] = field(default_factory=dict)
+    profile: PairProfile | None = None
+    hardware: Hardware | None = None
+    _prompt_fn: Callable[[int, int], list[Prompt]] | None = None
+
+    def default_prompts(self, n: int, seed: int = 0) -> list[Prompt]:
+        """n embedded prompts (no download); surrogate tokens only."""
+        if self._prompt_fn is None:
+            raise OuroborosError("this simulated pair has no embedded prompts (token source is not a surrogate)")
+        return self._prompt_fn(n, seed)
+
+
+def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
+    opts = dict(SIM_DEFAULTS)
+    for k, v in (sim or {}).items():
+        if k not in SIM_DEFAULTS:
+            raise OuroborosError(f"sim has no option {k!r}; options: {', '.join(sorted(SIM_DEFAULTS))}")
+        opts[k] = v
+    return opts
+
+
+def pair_costs(prof: PairProfile, hw: Hardware, opts: dict[str, Any]) -> dict[str, CostModel]:
+    fitted = hw.costs or {}
+    out = {}
+    for side, m in (("target", prof.target), ("draft", prof.draft)):
+        t1 = opts[f"t_{side}_s"]
+        if t1 is not None:
+            if opts["shape"] not in ("spec", "flat"):
+                raise OuroborosError(f"sim.shape must be 'spec' or 'flat', got {opts['shape']!r}")
+            base = from_spec(m, hw, opts["dtype"]) if opts["shape"] == "spec" else None
+            out[side] = scaled_to(float(t1), base, int(opts["ctx_ref"]), name=f"{m.name}@{hw.name}/measured")
+        elif m.name in fitted:
+            out[side] = CostModel.from_dict({**fitted[m.name], "name": f"{m.name}@{hw.name}/fitted"})
+        else:
+            out[side] = from_spec(m, hw, opts["dtype"])
+    return out
+
+
+def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, Any] | None = None,
+              seed: int = 0) -> SimPair:
+    opts = sim_options(sim)
+    prof = PairProfile.from_model_cfg(model)
+    hw = Hardware.from_dict(hardware)
+    if opts["placement"] or opts["devices"]:
+        hw = hw.with_placement(opts["placement"], opts["devices"])
+    check_fits(prof.target, prof.draft, hw, opts["dtype"], int(opts["ctx"]))
+    costs = pair_costs(prof, hw, opts)
+    clock = SimClock()
+    kind = opts["tokens"]
+    if kind in ("surrogate", "iid"):
+        lm = NGramLM(opts["corpus"], int(opts["vocab"]), int(opts["order"]), p_top=float(opts["p_top"]), seed=seed)
+        q: Any
+        if kind == "iid":
+            q = IIDDraftLM(lm, float(opts["alpha"]), seed=seed + 1)
+        else:
+            q = NoisyDraftLM(lm, float(opts["alpha_easy"]), float(opts["alpha_hard"]), float(opts["hard_frac"]),
+                             int(opts["burst_len"]), p_shift=float(opts["p_shift"]), seed=seed + 1)
+        ctx = min(prof.target.max_context, prof.draft.max_context)
+        target = SimBackend(lm, costs["target"], clock, ctx, name=prof.target.name)
+        draft = SimBackend(q, costs["draft"], clock, ctx, name=prof.draft.name)
+
+        def prompts(n: int, s: int) -> list[Prompt]:
+            return [Prompt(id=f"sim-{opts['corpus']}-{i}", ids=ids, category=opts["corpus"],
+                           text=lm.corpus.tokenizer.decode(ids)) for i, ids in enumerate(lm.prompts(n, s))]
+
+        return SimPair(target, draft, clock, lm.corpus.tokenizer, (EOS_ID,), costs, prof, hw, prompts)
+    if kind == "replay":
+        from simulators.replay import replay_pair
+
+        return replay_pair(opts, prof, hw, costs, clock)
+    if kind == "proxy":
+        return proxy_pair(opts, prof, hw, costs, clock)
+    raise OuroborosError(f"unknown sim.tokens {kind!r}; known: surrogate, iid, replay, proxy")
+
+
+def proxy_pair(opts: dict[str, Any], prof: PairProfile, hw: Hardware, costs: dict[str, CostModel],
+               clock: SimClock) -> SimPair:
+    from ouroboros.backends.hf import HFBackend
+    from ouroboros.models import load_pair
+
+    if not opts["proxy_model"]:
+        raise OuroborosError("sim.tokens=proxy needs sim.proxy_model (a model config, e.g. the tiny pair)")
+    real = load_pair(dict(opts["proxy_model"]), dtype=opts["proxy_dtype"])
+    if real.draft is None:
+        raise OuroborosError("sim.proxy_model has no draft model")
+    target = ProxyBackend(HFBackend(real.target, name="proxy-target"), costs["target"], clock, prof.target.name)
+    draft = ProxyBackend(HFBackend(real.draft, name="proxy-draft"), costs["draft"], clock, prof.draft.name)
+    return SimPair(target, draft, clock, real.tokenizer, tuple(real.eos_ids), costs, prof, hw, None)

@@ -1,0 +1,106 @@
+"""Model profiles: the architecture numbers a cost model needs (layers, widths, heads, vocabulary), taken from
+each model's public `config.json`, and the pair (target p + draft q) built from a `conf/model/<pair>.yaml`
+`profile:` section.
+
+Parameter counts are computed from the widths (Llama-style decoder: q/k/v/o projections + gated MLP, two
+norms, embeddings and LM head) and checked against the published count when one is given.
+
+This module knows nothing of hardware, clocks or tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ouroboros.backends.base import OuroborosError
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    max_context: int = 4096
+    tie_embeddings: bool = False
+    qkv_bias: bool = False
+    params_b: float | None = None   # published parameter count (billions), cross-checked
+    source: str = ""                # URL of the config.json the numbers come from
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], who: str = "model") -> ModelProfile:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise OuroborosError(f"{who} profile has no field {unknown[0]!r}; fields: {', '.join(sorted(known))}")
+        try:
+            m = cls(**d)
+        except TypeError as e:
+            raise OuroborosError(f"{who} profile: {e}") from None
+        for f in ("layers", "hidden", "intermediate", "heads", "kv_heads", "vocab", "max_context"):
+            if getattr(m, f) < 1:
+                raise OuroborosError(f"{who} profile {m.name!r}: {f} must be >= 1, got {getattr(m, f)}")
+        if m.hidden % m.heads or m.heads % m.kv_heads:
+            raise OuroborosError(f"{who} profile {m.name!r}: hidden {m.hidden} / heads {m.heads} / kv_heads "
+                                 f"{m.kv_heads} are not divisible")
+        if m.params_b is not None and abs(m.params - m.params_b * 1e9) > 0.03 * m.params_b * 1e9:
+            raise OuroborosError(f"{who} profile {m.name!r}: widths give {m.params / 1e9:.2f}B parameters but "
+                                 f"params_b says {m.params_b}B (more than 3% apart)")
+        return m
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def layer_params(self) -> int:
+        h, kv, i = self.hidden, self.kv_dim, self.intermediate
+        attn = h * h + 2 * h * kv + h * h + (h + 2 * kv if self.qkv_bias else 0)
+        return attn + 3 * h * i + 2 * h
+
+    @property
+    def head_params(self) -> int:
+        """LM head (read every forward, tied or not) + final norm."""
+        return self.vocab * self.hidden + self.hidden
+
+    @property
+    def params(self) -> int:
+        emb = 0 if self.tie_embeddings else self.vocab * self.hidden
+        return self.layers * self.layer_params + self.head_params + emb
+
+    @property
+    def read_params(self) -> int:
+        """Parameters read from memory by one forward (the embedding table is gathered, not read)."""
+        return self.layers * self.layer_params + self.head_params
+
+    def kv_bytes_per_token(self, dtype_bytes: float) -> float:
+        return 2 * self.layers * self.kv_dim * dtype_bytes
+
+
+@dataclass(frozen=True)
+class PairProfile:
+    name: str
+    target: ModelProfile
+    draft: ModelProfile
+    measured: dict[str, Any] | None = None   # optional {hardware, t_target_s, t_draft_s, ...} measurements
+
+    @classmethod
+    def from_model_cfg(cls, model: dict[str, Any]) -> PairProfile:
+        prof = model.get("profile")
+        name = str(model.get("name", "pair"))
+        if not prof:
+            raise OuroborosError(f"model {name!r} has no profile: section (conf/model/<pair>.yaml needs "
+                                 "profile.target and profile.draft for the simulator)")
+        for side in ("target", "draft"):
+            if not isinstance(prof.get(side), dict):
+                raise OuroborosError(f"model {name!r}: profile.{side} is missing")
+        return cls(name=name, target=ModelProfile.from_dict(prof["target"], "target"),
+                   draft=ModelProfile.from_dict(prof["draft"], "draft"), measured=prof.get("measured"))

@@ -1,0 +1,243 @@
+"""Surrogate language models: fast, deterministic stand-ins for a target p and a draft q.
+
+A `TokenModel` decides the greedy next token of a context. It is incremental so trees are cheap to score:
+`start()` -> the state of the empty context, `step(state, token)` -> the state after one more token,
+`predict(state)` -> the next token. States are `(position, tail)` tuples (tail = the last few tokens).
+
+- `NGramLM` (the surrogate target): a back-off n-gram table (orders 1..`order`) built from an embedded
+  corpus (Python standard-library source for "code", the interpreter's own help topics for "prose"; no
+  download). The greedy choice is the table's top continuation of the longest known suffix, replaced by a
+  runner-up when a hash of the position and the last `tail_len` tokens says so, so the text is varied,
+  repeats common phrases (as code does) and does not lock into a loop.
+- `NoisyDraftLM` (the surrogate draft): agrees with the target unless a mismatch event fires. Events are
+  bursty (positions fall into easy / hard stretches of `burst_len` tokens with agreement `alpha_easy` /
+  `alpha_hard`), content-bound (the same local context is always right or always wrong, as a real small model
+  is) and realistic in kind (the target's runner-up, or a token one place too early).
+- `IIDDraftLM`: agrees with the target with probability `alpha` independently at every position (for
+  Leviathan et al.'s closed form E = (1 - alpha^(gamma + 1)) / (1 - alpha)).
+
+The text depends on the Python version's standard library (the corpus), not on PYTHONHASHSEED (only int
+tuples are hashed). This module knows nothing of clocks, costs or strategies.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, Protocol
+
+from ouroboros.backends.base import OuroborosError
+
+EOS_ID = 0
+_MASK64 = (1 << 64) - 1
+_PIECE = re.compile(r"[A-Za-z_]+|[0-9]+| +|\n|.", re.DOTALL)
+
+# Standard-library modules whose source makes the "code" corpus (about 0.5 MB; stable, plain Python).
+CODE_MODULES = ("argparse", "bisect", "calendar", "configparser", "contextlib", "copy", "csv", "dataclasses",
+                "difflib", "fractions", "functools", "heapq", "ipaddress", "json.decoder", "json.encoder",
+                "operator", "pprint", "queue", "shlex", "statistics", "string", "textwrap")
+
+
+def uniform(h: int) -> float:
+    """A well-mixed float in [0, 1) from any int (splitmix64 finaliser)."""
+    z = (h * 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return ((z ^ (z >> 31)) >> 11) * (1.0 / (1 << 53))
+
+
+class TokenModel(Protocol):
+    vocab_size: int
+
+    def start(self) -> Any: ...
+    def step(self, state: Any, token: int) -> Any: ...
+    def predict(self, state: Any) -> int: ...
+
+
+# ---------------------------------------------------------------------------------------------- corpus
+@functools.cache
+def corpus_text(kind: str) -> str:
+    if kind == "code":
+        parts = []
+        for name in CODE_MODULES:
+            path = inspect.getsourcefile(importlib.import_module(name))
+            if path:
+                with open(path, encoding="utf-8") as f:
+                    parts.append(f.read())
+        return "\n\n".join(parts)
+    if kind == "prose":
+        from pydoc_data.topics import topics
+
+        return "\n\n".join(topics[k] for k in sorted(topics))[:600_000]
+    raise OuroborosError(f"unknown surrogate corpus {kind!r}; known: code, prose")
+
+
+class PieceTokenizer:
+    """Words, digit runs, space runs and single characters; the `vocab_size` most frequent pieces of the
+    corpus get ids (id 0 = EOS), any other text falls back to its characters (non-ASCII -> '?')."""
+
+    def __init__(self, text: str, vocab_size: int):
+        chars = [chr(c) for c in range(32, 127)] + ["\n", "\t"]
+        if vocab_size < len(chars) + 2:
+            raise OuroborosError(f"surrogate vocab must be >= {len(chars) + 2}, got {vocab_size}")
+        counts = Counter(p for p in _PIECE.findall(text) if len(p) > 1)
+        top = [p for p, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: vocab_size - 1 - len(chars)]]
+        self.pieces = ["<|eos|>"] + chars + top
+        self.ids = {p: i for i, p in enumerate(self.pieces)}
+        self.vocab_size = len(self.pieces)
+
+    def encode(self, text: str) -> list[int]:
+        out, ids, q = [], self.ids, self.ids["?"]
+        for p in _PIECE.findall(text):
+            i = ids.get(p)
+            if i is not None:
+                out.append(i)
+            else:
+                out.extend(ids.get(c, q) for c in p)
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.pieces[i] if 0 < i < len(self.pieces) else "" for i in ids)
+
+
+@dataclass
+class Corpus:
+    kind: str
+    tokenizer: PieceTokenizer
+    ids: list[int]
+
+
+@functools.cache
+def load_corpus(kind: str, vocab_size: int) -> Corpus:
+    text = corpus_text(kind)
+    tok = PieceTokenizer(text, vocab_size)
+    return Corpus(kind, tok, tok.encode(text))
+
+
+# ---------------------------------------------------------------------------------------------- target
+@functools.cache
+def ngram_table(kind: str, vocab_size: int, order: int, top: int) -> dict[tuple[int, ...], tuple[int, ...]]:
+    """context (1..order tokens) -> its `top` most frequent next tokens (ties: first seen in the corpus first)."""
+    ids = load_corpus(kind, vocab_size).ids
+    table: dict[tuple[int, ...], tuple[int, ...]] = {}
+    for n in range(1, order + 1):
+        counts = Counter(zip(*(ids[i:] for i in range(n + 1)), strict=False))  # (n + 1)-gram -> count
+        lists: dict[tuple[int, ...], list[int]] = {}
+        for g, _ in sorted(counts.items(), key=itemgetter(1), reverse=True):  # ties: first seen first
+            lst = lists.setdefault(g[:-1], [])
+            if len(lst) < top:
+                lst.append(g[-1])
+        table.update((k, tuple(v)) for k, v in lists.items())
+    return table
+
+
+class NGramLM:
+    """Back-off n-gram greedy LM. `p_top`: how often the table's top continuation is taken (else a runner-up,
+    chosen by a hash of the position and the last `tail_len` tokens)."""
+
+    def __init__(self, corpus: str = "code", vocab_size: int = 4096, order: int = 4, tail_len: int = 8,
+                 p_top: float = 0.75, top: int = 3, seed: int = 0):
+        if not 1 <= order <= tail_len:
+            raise OuroborosError(f"surrogate needs 1 <= order <= tail_len, got {order}, {tail_len}")
+        if not 0 <= p_top <= 1:
+            raise OuroborosError(f"surrogate p_top must be in [0, 1], got {p_top}")
+        self.corpus = load_corpus(corpus, vocab_size)
+        self.vocab_size = self.corpus.tokenizer.vocab_size
+        self.table = ngram_table(corpus, vocab_size, order, top)
+        self.order, self.tail_len, self.p_top, self.seed = order, tail_len, p_top, seed
+        self._memo: dict[tuple, int] = {}
+
+    def start(self) -> tuple[int, tuple[int, ...]]:
+        return (0, ())
+
+    def step(self, state: tuple[int, tuple[int, ...]], token: int) -> tuple[int, tuple[int, ...]]:
+        tail = state[1] + (token,)
+        return (state[0] + 1, tail[-self.tail_len:] if len(tail) > self.tail_len else tail)
+
+    def candidates(self, tail: tuple[int, ...]) -> tuple[int, ...]:
+        table = self.table
+        for n in range(min(self.order, len(tail)), 0, -1):
+            c = table.get(tail[-n:])
+            if c:
+                return c
+        return (int(uniform(hash((tail, self.seed))) * (self.vocab_size - 1)) + 1,)
+
+    def predict(self, state: tuple[int, tuple[int, ...]]) -> int:
+        out = self._memo.get(state)
+        if out is None:
+            cands = self.candidates(state[1])
+            u = uniform(hash((state, self.seed)))
+            if u < self.p_top or len(cands) == 1:
+                out = cands[0]
+            else:
+                out = cands[1 + min(int((u - self.p_top) / (1 - self.p_top) * (len(cands) - 1)), len(cands) - 2)]
+            if len(self._memo) > 1_000_000:
+                self._memo.clear()
+            self._memo[state] = out
+        return out
+
+    def prompts(self, n: int, seed: int, min_len: int = 32, max_len: int = 96) -> list[list[int]]:
+        """Prompts cut from the corpus: for code, starting at a `def`; each `min_len..max_len` tokens."""
+        ids = self.corpus.ids
+        rng = random.Random(seed)
+        starts = [i for i in range(len(ids) - max_len) if self.corpus.tokenizer.pieces[ids[i]] == "def"]
+        if not starts:
+            starts = list(range(0, len(ids) - max_len, 97))
+        return [ids[s: s + rng.randint(min_len, max_len)] for s in rng.sample(starts, min(n, len(starts)))]
+
+
+# ---------------------------------------------------------------------------------------------- drafts
+class NoisyDraftLM:
+    """Draft q agreeing with `target` except at bursty, content-bound mismatch events (see module doc)."""
+
+    def __init__(self, target: NGramLM, alpha_easy: float = 0.92, alpha_hard: float = 0.45, hard_frac: float = 0.25,
+                 burst_len: int = 24, content_len: int = 3, p_shift: float = 0.5, seed: int = 1):
+        for nm, v in (("alpha_easy", alpha_easy), ("alpha_hard", alpha_hard), ("hard_frac", hard_frac),
+                      ("p_shift", p_shift)):
+            if not 0 <= v <= 1:
+                raise OuroborosError(f"surrogate draft {nm} must be in [0, 1], got {v}")
+        if burst_len < 1 or content_len < 1:
+            raise OuroborosError("surrogate draft burst_len and content_len must be >= 1")
+        self.target = target
+        self.vocab_size = target.vocab_size
+        self.alpha_easy, self.alpha_hard, self.hard_frac = alpha_easy, alpha_hard, hard_frac
+        self.burst_len, self.content_len, self.p_shift, self.seed = burst_len, content_len, p_shift, seed
+        self.start, self.step = target.start, target.step
+
+    def predict(self, state: tuple[int, tuple[int, ...]]) -> int:
+        t = self.target
+        p = t.predict(state)
+        tail = state[1]
+        hard = uniform(hash((state[0] // self.burst_len, self.seed, 7))) < self.hard_frac
+        u = uniform(hash((tail[-self.content_len:], self.seed)))
+        if u < (self.alpha_hard if hard else self.alpha_easy):
+            return p
+        if uniform(hash((tail, self.seed, 3))) < self.p_shift:      # one place too early: the token after p
+            q = t.predict(t.step(state, p))
+        else:                                                       # the target's runner-up
+            cands = t.candidates(tail)
+            q = cands[1] if len(cands) > 1 and cands[0] == p else cands[0]
+        return q if q != p else (p % (self.vocab_size - 1)) + 1
+
+
+class IIDDraftLM:
+    """Draft q that equals the target's token with probability `alpha`, independently at every position."""
+
+    def __init__(self, target: TokenModel, alpha: float, seed: int = 1):
+        if not 0 <= alpha < 1:
+            raise OuroborosError(f"i.i.d. draft alpha must be in [0, 1), got {alpha}")
+        self.target, self.alpha, self.seed = target, alpha, seed
+        self.vocab_size = target.vocab_size
+        self.start, self.step = target.start, target.step
+
+    def predict(self, state: Any) -> int:
+        p = self.target.predict(state)
+        if uniform(hash((state, self.seed))) < self.alpha:
+            return p
+        return (p % (self.vocab_size - 1)) + 1  # any other token (never EOS)
