@@ -135,5 +135,5 @@ def check_fits(target: ModelProfile, draft: ModelProfile | None, hw: Hardware, d
         raise OuroborosError(
             f"{names} in {dtype} needs {need / 1e9:.0f} GB ({weights / 1e9:.0f} GB weights + {kv / 1e9:.1f} GB KV "
             f"at {ctx} tokens) but {hw.name} has {hw.usable_bytes / 1e9:.0f} GB usable ({hw.devices} x "
-            f"{hw.mem_gb:g} GB x {hw.mem_reserve:g}): use more devices or a smaller dtype")
+            f"({hw.mem_gb:g} - {hw.runtime_gb:g}) GB): use more devices (sim.devices) or a smaller dtype")
     return need

@@ -32,7 +32,7 @@ class Hardware:
     link_gb_s: float = 0.0          # device-to-device bandwidth (NVLink), GB/s
     link_latency_s: float = 0.0     # per transfer / all-reduce
     placement: str = "single"       # single | pipeline (device_map="auto") | tensor (tensor parallel)
-    mem_reserve: float = 0.9        # usable fraction of memory (allocator, activations, runtime)
+    runtime_gb: float = 1.5         # memory per device taken by the runtime (CUDA context, allocator, activations)
     source: str = ""
     costs: dict[str, dict[str, Any]] | None = None  # fitted cost models by model name (simulators.calibrate)
 
@@ -64,10 +64,10 @@ class Hardware:
         for f in ("mem_gb", "mem_bw_gb_s", "tflops"):
             if not getattr(self, f) > 0:
                 raise OuroborosError(f"hardware {n!r}: {f} must be > 0, got {getattr(self, f)}")
-        for f in ("bw_eff", "flop_eff", "mem_reserve"):
+        for f in ("bw_eff", "flop_eff"):
             if not 0 < getattr(self, f) <= 1:
                 raise OuroborosError(f"hardware {n!r}: {f} must be in (0, 1], got {getattr(self, f)}")
-        for f in ("forward_overhead_s", "layer_overhead_s", "link_gb_s", "link_latency_s"):
+        for f in ("forward_overhead_s", "layer_overhead_s", "link_gb_s", "link_latency_s", "runtime_gb"):
             if getattr(self, f) < 0:
                 raise OuroborosError(f"hardware {n!r}: {f} must be >= 0, got {getattr(self, f)}")
         if self.tile < 1:
@@ -78,7 +78,7 @@ class Hardware:
 
     @property
     def usable_bytes(self) -> float:
-        return self.devices * self.mem_gb * 1e9 * self.mem_reserve
+        return self.devices * (self.mem_gb - self.runtime_gb) * 1e9
 
     def with_placement(self, placement: str | None, devices: int | None = None) -> Hardware:
         """The same machine with another placement (e.g. tensor instead of pipeline); checked."""

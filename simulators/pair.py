@@ -78,6 +78,8 @@ def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
         if k not in SIM_DEFAULTS:
             raise OuroborosError(f"sim has no option {k!r}; options: {', '.join(sorted(SIM_DEFAULTS))}")
         opts[k] = v
+    if opts["tokens"] not in ("surrogate", "iid", "replay", "proxy"):
+        raise OuroborosError(f"unknown sim.tokens {opts['tokens']!r}; known: surrogate, iid, replay, proxy")
     return opts
 
 

@@ -11,6 +11,7 @@ This module knows nothing of hardware, clocks or tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
@@ -104,3 +105,20 @@ class PairProfile:
                 raise OuroborosError(f"model {name!r}: profile.{side} is missing")
         return cls(name=name, target=ModelProfile.from_dict(prof["target"], "target"),
                    draft=ModelProfile.from_dict(prof["draft"], "draft"), measured=prof.get("measured"))
+
+
+def conf_root() -> Path:
+    return Path(__file__).resolve().parent.parent / "conf"
+
+
+def load_conf(group: str, name: str) -> dict[str, Any]:
+    """A Hydra group file as a plain dict (for the simulator's own entry points); unknown names -> one line."""
+    import yaml
+
+    d = conf_root() / group
+    path = d / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in d.glob("*.yaml"))
+        raise OuroborosError(f"unknown {group} profile {name!r}; known: {', '.join(known)}")
+    with open(path, encoding="utf-8") as f:
+        return dict(yaml.safe_load(f) or {})

@@ -1,0 +1,170 @@
+"""Trace record / replay: token decisions recorded from a real run, replayed under another machine's clock.
+
+A trace maps every context a model was asked about to its greedy prediction. Contexts are keyed by
+(length, rolling 64-bit hash of the whole token sequence), so a tree of n nodes costs n hash steps.
+`Recorder` wraps a real backend (e.g. `hf`) and records each `score`; `TraceLM` is the TokenModel that answers
+from the table. Replaying the SAME strategy with the SAME options on the same prompts asks exactly the recorded
+questions, so the simulated run makes the real run's decisions forward for forward (same k, same ctx); other
+strategies are lossless too, but contexts never recorded get a deterministic filler token.
+
+File format (JSON): {"meta": {...}, "prompts": [{"id", "ids", "max_new_tokens"}], "eos_ids": [...],
+"models": {"target": {"vocab_size", "max_context", "entries": [[length, hash, pred], ...]}, "draft": {...}}}.
+
+Knows nothing of costs or strategies.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ouroboros.backends.base import Backend, Counters, OuroborosError, Scores
+from ouroboros.datasets import Prompt
+from ouroboros.draft import Draft
+
+_MASK64 = (1 << 64) - 1
+
+
+def mix(h: int, token: int) -> int:
+    """Rolling hash of a token sequence: h(seq + [t]) = mix(h(seq), t) (splitmix64 finaliser)."""
+    z = (h ^ ((token + 1) * 0x9E3779B97F4A7C15)) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+class TraceLM:
+    """TokenModel answering from a recorded table; an unrecorded context gets the filler 1 + hash mod (V - 1)."""
+
+    def __init__(self, table: dict[tuple[int, int], int], vocab_size: int):
+        self.table = table
+        self.vocab_size = vocab_size
+        self.misses = 0
+
+    def start(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def step(self, state: tuple[int, int], token: int) -> tuple[int, int]:
+        return (state[0] + 1, mix(state[1], token))
+
+    def predict(self, state: tuple[int, int]) -> int:
+        out = self.table.get(state)
+        if out is None:
+            self.misses += 1
+            return 1 + state[1] % (self.vocab_size - 1)
+        return out
+
+
+class Recorder:
+    """Wraps a real backend; every prediction it makes is written to `table` under its context key."""
+
+    def __init__(self, inner: Backend):
+        self.inner = inner
+        self.table: dict[tuple[int, int], int] = {}
+        self.lm = TraceLM(self.table, inner.vocab_size)
+        self.vocab_size = inner.vocab_size
+        self.max_context = inner.max_context
+        self._states: list[tuple[int, int]] = [self.lm.start()]
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.inner.tokens
+
+    @property
+    def cache_len(self) -> int:
+        return self.inner.cache_len
+
+    @property
+    def counters(self) -> Counters:
+        return self.inner.counters
+
+    @property
+    def clock(self):
+        return self.inner.clock
+
+    def _extend(self, tokens: list[int]) -> None:
+        st, step = self._states[-1], self.lm.step
+        for t in tokens:
+            st = step(st, t)
+            self._states.append(st)
+
+    def prefill(self, prompt: list[int]) -> None:
+        self.inner.prefill(prompt)
+        self._states = [self.lm.start()]
+        self._extend(list(prompt))
+
+    def score(self, draft: Draft, want_logits: bool = False) -> Scores:
+        out = self.inner.score(draft, want_logits)
+        root = self._states[-1]
+        self.table[root] = out.preds[0]
+        states: list[tuple[int, int]] = []
+        for i, (t, p) in enumerate(zip(draft.tokens, draft.parents, strict=True)):
+            st = self.lm.step(states[p] if p >= 0 else root, t)
+            states.append(st)
+            self.table[st] = out.preds[i + 1]
+        return out
+
+    def commit(self, path: list[int], new_tokens: list[int]) -> None:
+        self.inner.commit(path, new_tokens)
+        self._extend(new_tokens)
+
+    def rollback(self, n: int) -> None:
+        self.inner.rollback(n)
+        del self._states[len(self.inner.tokens) + 1:]
+
+    def append(self, tokens: list[int]) -> None:
+        self.inner.append(tokens)
+        self._extend(tokens)
+
+
+def save_trace(path: str, recorders: dict[str, Recorder], prompts: list[Prompt], eos_ids: tuple[int, ...],
+               meta: dict[str, Any] | None = None) -> None:
+    models = {name: {"vocab_size": r.vocab_size, "max_context": r.max_context,
+                     "entries": [[k[0], k[1], v] for k, v in r.table.items()]} for name, r in recorders.items()}
+    doc = {"meta": meta or {}, "eos_ids": list(eos_ids), "models": models,
+           "prompts": [{"id": p.id, "ids": p.ids, "max_new_tokens": p.max_new_tokens} for p in prompts]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+
+
+def load_trace(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise OuroborosError(f"trace file {path!r} not found (record one with simulators.replay.Recorder)") from None
+    except json.JSONDecodeError as e:
+        raise OuroborosError(f"trace file {path!r} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    if "target" not in doc.get("models", {}):
+        raise OuroborosError(f"trace file {path!r} has no target model table")
+    return doc
+
+
+def trace_lms(doc: dict[str, Any]) -> dict[str, TraceLM]:
+    return {name: TraceLM({(e[0], e[1]): e[2] for e in m["entries"]}, int(m["vocab_size"]))
+            for name, m in doc["models"].items()}
+
+
+def trace_prompts(doc: dict[str, Any]) -> list[Prompt]:
+    return [Prompt(id=p["id"], ids=p["ids"], max_new_tokens=p.get("max_new_tokens")) for p in doc["prompts"]]
+
+
+def replay_pair(opts: dict[str, Any], prof, hw, costs, clock):
+    """make_pair's `replay` token source: SimBackends answering from the trace at sim.trace."""
+    from simulators.backend import SimBackend
+    from simulators.pair import SimPair
+
+    if not opts.get("trace"):
+        raise OuroborosError("sim.tokens=replay needs sim.trace (a trace file recorded from a real run)")
+    doc = load_trace(str(opts["trace"]))
+    lms = trace_lms(doc)
+    ctx = int(doc["models"]["target"]["max_context"])
+    target = SimBackend(lms["target"], costs["target"], clock, ctx, name=prof.target.name)
+    dlm = lms.get("draft", TraceLM({}, lms["target"].vocab_size))
+    draft = SimBackend(dlm, costs["draft"], clock, ctx, name=prof.draft.name)
+    recorded = trace_prompts(doc)
+
+    def prompts(n: int, seed: int) -> list[Prompt]:
+        return recorded[:n]
+
+    return SimPair(target, draft, clock, None, tuple(doc.get("eos_ids", ())), costs, prof, hw, prompts)

@@ -1,0 +1,103 @@
+"""Cost model, profiles and bad input: golden values by hand, placement rules, the memory check, one-line errors."""
+
+import pytest
+
+from ouroboros.backends.base import OuroborosError
+from simulators import CostModel, Hardware, check_fits, from_spec, make_pair, scaled_to
+from simulators.profiles import ModelProfile, PairProfile, load_conf
+
+
+def one_line(e) -> str:
+    msg = str(e.value)
+    assert msg and "\n" not in msg
+    return msg
+
+
+def test_forward_golden():
+    c = CostModel(fixed_s=1, token_s=0.1, weight_s=2, flop_s_per_token=0.5, tile=4, kv_s_per_ctx=0.01,
+                  attn_s_per_q_ctx=0.001)
+    assert c.forward_s(1, 0) == pytest.approx(3.1)            # 1 + 0.1 + max(2, 0.5 * 4)
+    assert c.forward_s(5, 100) == pytest.approx(7.0)          # 1 + 0.5 + max(2, 0.5 * 8) + 100 * (0.01 + 0.005)
+    assert c.forward_s(4, 0) == c.forward_s(4, 0) and c.forward_s(4, 0) < c.forward_s(5, 0)  # tile step at 5
+    assert c.scaled(2).forward_s(5, 100) == pytest.approx(14.0)
+
+
+def test_profiles_match_published_counts():
+    for pair in ("llama70b_7b", "yi34b_6b", "codellama34b_7b", "deepseek33b_6.7b"):
+        prof = PairProfile.from_model_cfg(load_conf("model", pair))  # raises if widths disagree with params_b
+        assert prof.target.params > 4 * prof.draft.params
+
+
+def test_spec_yi34b_a800_by_hand():
+    m = PairProfile.from_model_cfg(load_conf("model", "yi34b_6b")).target
+    hw = Hardware.from_dict(load_conf("hardware", "a800x2"))
+    c = from_spec(m, hw, "fp16")
+    read = 60 * m.layer_params + 64000 * 7168 + 7168
+    assert c.weight_s == pytest.approx(read * 2 / (2039e9 * 0.8))
+    assert 0.035 < c.weight_s < 0.05                        # ~68 GB at ~1.6 TB/s
+    assert c.flop_s_per_token == pytest.approx(2 * read / (312e12 * 0.6))
+    assert c.fixed_s == pytest.approx(0.004 + 60 * 2.5e-4 + 2e-5)
+    # one 16-token tile costs the same as one token; past the roofline knee cost grows with k
+    assert c.forward_s(16, 0) - c.forward_s(1, 0) == pytest.approx(15 * c.token_s)
+    assert c.forward_s(256, 0) > 1.5 * c.forward_s(1, 0)
+
+
+def test_placements():
+    m = PairProfile.from_model_cfg(load_conf("model", "yi34b_6b")).target
+    hw = Hardware.from_dict(load_conf("hardware", "a800x2"))
+    pipe, tp = from_spec(m, hw), from_spec(m, hw.with_placement("tensor"))
+    single = from_spec(m, Hardware.from_dict({**load_conf("hardware", "a800x2"), "devices": 1, "placement": "single"}))
+    assert pipe.weight_s == pytest.approx(single.weight_s)          # pipeline: devices run one after another
+    assert tp.weight_s == pytest.approx(single.weight_s / 2)        # tensor parallel: each reads half
+    assert tp.fixed_s > single.fixed_s and pipe.fixed_s > single.fixed_s
+
+
+def test_memory_check():
+    prof = PairProfile.from_model_cfg(load_conf("model", "llama70b_7b"))
+    with pytest.raises(OuroborosError) as e:
+        check_fits(prof.target, prof.draft, Hardware.from_dict(load_conf("hardware", "h200")), "fp16", 4096)
+    assert "needs" in one_line(e) and "h200" in one_line(e)
+    assert check_fits(prof.target, prof.draft, Hardware.from_dict(load_conf("hardware", "a800x2")), "fp16", 2048)
+    with pytest.raises(OuroborosError):
+        make_pair(load_conf("model", "llama70b_7b"), load_conf("hardware", "h100"), {})
+    make_pair(load_conf("model", "llama70b_7b"), load_conf("hardware", "h100"), {"devices": 2, "placement": "tensor"})
+
+
+def test_measured_times():
+    m = PairProfile.from_model_cfg(load_conf("model", "yi34b_6b")).target
+    base = from_spec(m, Hardware.from_dict(load_conf("hardware", "a800x2")))
+    c = scaled_to(0.064, base, ctx_ref=256)
+    assert c.forward_s(1, 256) == pytest.approx(0.064)
+    assert c.forward_s(200, 256) / c.forward_s(1, 256) == pytest.approx(base.forward_s(200, 256) / base.forward_s(1, 256))
+    assert scaled_to(0.02, None).forward_s(50, 1000) == pytest.approx(0.02)
+    pair = make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"),
+                     {"t_target_s": 0.064, "t_draft_s": 0.02, "ctx_ref": 256})
+    assert pair.costs["target"].forward_s(1, 256) == pytest.approx(0.064)
+    assert pair.costs["draft"].forward_s(1, 256) == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: CostModel(fixed_s=1).forward_s(0, 5), "k >= 1"),
+    (lambda: CostModel(fixed_s=1).forward_s(3, -1), "ctx >= 0"),
+    (lambda: CostModel(fixed_s=-0.5), "must be >= 0"),
+    (lambda: scaled_to(-0.01, None), "> 0 seconds"),
+    (lambda: load_conf("hardware", "tpu9000"), "unknown hardware profile 'tpu9000'"),
+    (lambda: load_conf("model", "gpt5_nano"), "unknown model profile"),
+    (lambda: Hardware.from_dict({**load_conf("hardware", "a100"), "placement": "diagonal"}), "placement must be"),
+    (lambda: Hardware.from_dict({**load_conf("hardware", "a100"), "warp_drive": 1}), "no field 'warp_drive'"),
+    (lambda: Hardware.from_dict({**load_conf("hardware", "a100"), "mem_bw_gb_s": -3}), "must be > 0"),
+    (lambda: make_pair({"name": "x", "kind": "tiny"}, load_conf("hardware", "a100")), "no profile"),
+    (lambda: make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "h200"), {"tokens": "oracle"}),
+     "unknown sim.tokens"),
+    (lambda: make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "h200"), {"speed": 3}), "no option"),
+    (lambda: make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "h200"), {"t_target_s": -1}), "> 0"),
+    (lambda: make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "h200"), {"devices": 2}),
+     "placement 'single' needs devices=1"),
+    (lambda: make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a100"), {}), "a100 has 78 GB usable"),
+    (lambda: ModelProfile.from_dict({"name": "m", "layers": 2, "hidden": 64, "intermediate": 128, "heads": 4,
+                                     "kv_heads": 4, "vocab": 100, "params_b": 7.0}), "3% apart"),
+])
+def test_bad_input_one_line(call, words):
+    with pytest.raises(OuroborosError) as e:
+        call()
+    assert words in one_line(e)
