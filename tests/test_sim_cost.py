@@ -68,7 +68,8 @@ def test_measured_times():
     base = from_spec(m, Hardware.from_dict(load_conf("hardware", "a800x2")))
     c = scaled_to(0.064, base, ctx_ref=256)
     assert c.forward_s(1, 256) == pytest.approx(0.064)
-    assert c.forward_s(200, 256) / c.forward_s(1, 256) == pytest.approx(base.forward_s(200, 256) / base.forward_s(1, 256))
+    ratio = base.forward_s(200, 256) / base.forward_s(1, 256)
+    assert c.forward_s(200, 256) / c.forward_s(1, 256) == pytest.approx(ratio)
     assert scaled_to(0.02, None).forward_s(50, 1000) == pytest.approx(0.02)
     pair = make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"),
                      {"t_target_s": 0.064, "t_draft_s": 0.02, "ctx_ref": 256})
