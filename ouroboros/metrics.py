@@ -154,3 +154,41 @@ def speedup(baseline: RunResult, other: RunResult) -> float:
 
 def step_dict(r: StepRecord) -> dict:
     return asdict(r)
+
+
+def pool_rates(stats: dict[str, float]) -> dict[str, float]:
+    """Rates derived from a proposer's counters (its `stats()`, or their sum over prompts): for every
+    `<p>lookups` with `<p>hits`, `<p>hit_rate` = hits / lookups (lookups that found >= 1 phrase); for every
+    `<p>proposed:<src>` with `<p>accepted:<src>`, `<p>acceptance:<src>` = accepted / proposed tokens by source.
+    Example: {"lookups": 4, "hits": 3, "proposed:pool": 10, "accepted:pool": 4}
+             -> {"hit_rate": 0.75, "acceptance:pool": 0.4}."""
+    out = {}
+    for k, v in stats.items():
+        if k.endswith("lookups") and v and (k[:-7] + "hits") in stats:
+            out[k[:-7] + "hit_rate"] = stats[k[:-7] + "hits"] / v
+        elif "proposed:" in k and v:
+            acc = k.replace("proposed:", "accepted:", 1)
+            if acc in stats:
+                out[k.replace("proposed:", "acceptance:", 1)] = stats[acc] / v
+    return out
+
+
+def combine_summaries(summaries: list[dict]) -> dict:
+    """RunResult.totals()' definitions over a subset of prompts, from their `PromptResult.summary()` dicts
+    (records keep summaries, not always steps): sums of tokens, time and forwards; eta, A and #Match per forward."""
+    new = sum(s["new_tokens"] for s in summaries)
+    elapsed = sum(s["elapsed_s"] for s in summaries)
+    fw_each = [s["target_forwards"] for s in summaries]
+    fw = max(sum(fw_each), 1)
+    per_prompt = [s["new_tokens"] / s["elapsed_s"] for s in summaries if s["elapsed_s"] > 0]
+    return {
+        "prompts": len(summaries),
+        "new_tokens": new,
+        "elapsed_s": elapsed,
+        "tokens_per_s": new / elapsed if elapsed > 0 else 0.0,
+        "mean_tokens_per_s": sum(per_prompt) / len(per_prompt) if per_prompt else 0.0,
+        "target_forwards": sum(fw_each),
+        "block_efficiency": new / fw,
+        "accepted_length": sum(s["accepted_length"] * f for s, f in zip(summaries, fw_each, strict=True)) / fw,
+        "match_per_forward": sum(s["match_per_forward"] * f for s, f in zip(summaries, fw_each, strict=True)) / fw,
+    }

@@ -1,101 +1,324 @@
-"""`python -m ouroboros.run [model=...] [strategy=...] [strategy.params.gamma=...]`: one strategy (+ the
-vanilla baseline) over a prompt set, in one process; prints a table and appends a JSONL record.
+"""`python -m ouroboros.run [model=...] [strategy=...] [strategy.params.gamma=...]`: one point (one strategy)
+plus its vanilla baseline, both measured in this process; prints a table, appends JSONL records, mirrors them to
+wandb (offline by default).
 
-The only module besides the other entry points that sees a DictConfig: it converts to plain dicts at once.
+Also the building blocks the sweep and the tuner share:
+- `Session`: a loaded backend pair (hf: transformers models; sim: the simulator) + its prompt set;
+- `Executor`: measures points through `ouroboros.harness.run_strategy`, reuses sessions and baselines, writes
+  records (`ouroboros.sinks.RecordFile`) and mirrors (`WandbMirror`), optionally resuming from the record file;
+- `make_record` / `format_table`: the record layout and the console table.
+
+Every number comes from ouroboros.metrics (RunResult.totals(), PromptResult.summary(), speedup()); this module
+only arranges them. It knows the Hydra root config only as a `RunConfig` (ouroboros.config).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
 
-from ouroboros.backends.base import OuroborosError
-from ouroboros.backends.hf import HFBackend
-from ouroboros.datasets import load_prompts
+from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.config import RunConfig, point_id, point_key, validate
+from ouroboros.datasets import Prompt, load_prompts
 from ouroboros.harness import StrategyRun, run_strategy
-from ouroboros.metrics import RunResult, speedup
-from ouroboros.models import load_pair
-from ouroboros.strategies import get_spec, make_config
+from ouroboros.metrics import PromptResult, RunResult, speedup, step_dict
+from ouroboros.sinks import SCHEMA_VERSION, RecordFile, WandbMirror, summary_line
 
 
-def format_table(results: list[RunResult], baseline: RunResult | None) -> str:
-    head = f"{'strategy':<16}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'eta':>7}{'A':>7}{'#Match':>8}"
+# ----------------------------------------------------------------------------------------------- sessions
+@dataclass
+class Session:
+    backend: str                     # "hf" | "sim"
+    target: Backend
+    draft: Backend | None
+    eos_ids: tuple[int, ...]
+    prompts: list[Prompt]
+    hardware: dict[str, Any]         # what the clock measures: this machine (hf) or the profile (sim)
+
+
+def _pair_key(run: RunConfig) -> str:
+    return json.dumps([run.model, dataclasses.asdict(run.backend), run.backend_kind,
+                       run.hardware if run.backend_kind == "sim" else None, run.seed], sort_keys=True, default=str)
+
+
+def load_backends(run: RunConfig) -> tuple[Backend, Backend | None, Any, tuple[int, ...], Any]:
+    """(target, draft, tokenizer, eos_ids, sim pair or None) for the run's backend."""
+    if run.backend_kind == "sim":
+        from simulators import make_pair
+
+        pair = make_pair(run.model, run.hardware or {}, run.backend.sim, seed=run.seed)
+        return pair.target, pair.draft, pair.tokenizer, tuple(pair.eos_ids), pair
+    import torch
+
+    from ouroboros.backends.hf import HFBackend
+    from ouroboros.models import load_pair
+
+    if run.backend.threads:
+        torch.set_num_threads(run.backend.threads)
+    loaded = load_pair(run.model, dtype=run.backend.dtype, device=run.backend.device)
+    target = HFBackend(loaded.target, name="target")
+    draft = HFBackend(loaded.draft, name="draft") if loaded.draft is not None else None
+    return target, draft, loaded.tokenizer, tuple(loaded.eos_ids), None
+
+
+def session_prompts(run: RunConfig, tokenizer: Any, vocab_size: int, sim_pair: Any) -> list[Prompt]:
+    """The dataset's prompts; on sim with the `synthetic` dataset, the simulator's embedded prompts instead
+    (random ids mean nothing to a surrogate LM; its prompts come from the surrogate's corpus)."""
+    if sim_pair is not None and run.dataset.get("kind") == "synthetic":
+        return sim_pair.default_prompts(int(run.dataset.get("num_prompts", 8)), run.seed)
+    return load_prompts(run.dataset, tokenizer, vocab_size, run.seed)
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"machine": platform.machine(), "system": platform.system(), "cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        info["cpu"] = platform.processor() or None
+    if "torch" in sys.modules:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+def open_session(run: RunConfig) -> Session:
+    target, draft, tokenizer, eos_ids, sim_pair = load_backends(run)
+    prompts = session_prompts(run, tokenizer, target.vocab_size, sim_pair)
+    if not prompts:
+        raise OuroborosError("the dataset gave no prompts")
+    hardware = dict(run.hardware or {}) if run.backend_kind == "sim" else machine_info()
+    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware)
+
+
+@functools.cache
+def versions() -> dict[str, str | None]:
+    import importlib.metadata as md
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in ("ouroboros-bench", "torch", "transformers", "hydra-core", "omegaconf", "wandb"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out["git"] = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        out["git"] = None
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- records
+def label_of(run: RunConfig) -> str:
+    """Display name: the strategy and the params that differ from its dataclass defaults."""
+    from ouroboros.config import strategy_params
+
+    base = strategy_params(run.strategy.name)
+    diff = {k: v for k, v in strategy_params(run.strategy.name, run.strategy.params).items() if base.get(k) != v}
+    return run.strategy.name + "".join(f" {k}={v}" for k, v in diff.items())
+
+
+def make_record(run: RunConfig, result: RunResult, session: Session, *, label: str, baseline: RunResult | None,
+                baseline_id: str | None, sweep: str, step_records: bool) -> dict[str, Any]:
+    prompts = []
+    for p in result.prompts:
+        s = p.summary()
+        s["output"] = p.output
+        s["category"] = next((q.category for q in session.prompts if q.id == p.prompt_id), "")
+        if step_records:
+            s["steps"] = [step_dict(r) for r in p.steps]
+        prompts.append(s)
+    same = None
+    if baseline is not None:
+        n_same = sum(a.output == b.output for a, b in zip(baseline.prompts, result.prompts, strict=True))
+        same = f"{n_same}/{len(result.prompts)}"
+    return {"schema": SCHEMA_VERSION, "record_id": uuid.uuid4().hex, "point_id": point_id(point_key(run)),
+            "baseline_id": baseline_id, "time": time.time(), "sweep": sweep, "label": label,
+            "strategy": run.strategy.name, "params": point_key(run)["strategy"]["params"],
+            "backend": session.backend, "hardware": session.hardware, "versions": versions(),
+            "config": dataclasses.asdict(run), "totals": result.totals(),
+            "speedup": speedup(baseline, result) if baseline is not None else None,
+            "identical_to_baseline": same, "prompts": prompts}
+
+
+def result_from_record(rec: dict) -> RunResult:
+    """A RunResult rebuilt from a record's per-prompt results (no steps): enough for `speedup` and output checks."""
+    return RunResult(strategy=rec["label"], prompts=[
+        PromptResult(prompt_id=p["prompt_id"], prompt_len=p["prompt_len"], output=list(p["output"]),
+                     elapsed_s=p["elapsed_s"], prefill_s=p["prefill_s"], stop_reason=p["stop_reason"],
+                     proposer_stats=dict(p.get("proposer_stats", {}))) for p in rec["prompts"]])
+
+
+def format_table(records: list[dict]) -> str:
+    head = (f"{'point':<34}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'eta':>7}{'A':>7}"
+            f"{'#Match':>8}{'same':>9}")
     lines = [head, "-" * len(head)]
-    for r in results:
-        t = r.totals()
-        sp = f"{speedup(baseline, r):.2f}x" if baseline is not None else "-"
-        lines.append(f"{r.strategy:<16}{t['new_tokens']:>8}{t['elapsed_s']:>10.3f}{t['tokens_per_s']:>10.1f}{sp:>9}"
-                     f"{t['block_efficiency']:>7.2f}{t['accepted_length']:>7.2f}{t['match_per_forward']:>8.2f}")
+    for r in records:
+        t, sp = r["totals"], r.get("speedup")
+        lines.append(f"{r['label'][:33]:<34}{t['new_tokens']:>8}{t['elapsed_s']:>10.3f}{t['tokens_per_s']:>10.1f}"
+                     f"{'-' if sp is None else f'{sp:.2f}x':>9}{t['block_efficiency']:>7.2f}"
+                     f"{t['accepted_length']:>7.2f}{t['match_per_forward']:>8.2f}"
+                     f"{r.get('identical_to_baseline') or '-':>9}")
     return "\n".join(lines)
 
 
-def main_plain(cfg: dict[str, Any]) -> list[RunResult]:
-    import torch
+# ----------------------------------------------------------------------------------------------- executor
+@dataclass
+class Point:
+    run: RunConfig
+    label: str
 
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg["threads"]))
-    strat = cfg["strategy"]
-    make_config(strat["name"], strat.get("params") or {})  # validate before any model loads
-    if cfg["max_new_tokens"] <= 0:
-        raise OuroborosError(f"max_new_tokens must be >= 1, got {cfg['max_new_tokens']}")
-    pair = load_pair(cfg["model"], dtype=cfg["dtype"], device=cfg["device"])
-    target = HFBackend(pair.target, name="target")
-    draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
-    prompts = load_prompts(cfg["dataset"], pair.tokenizer, target.vocab_size, cfg["seed"])
-    runs = []
-    if cfg.get("baseline") and cfg["baseline"] != strat["name"]:
-        runs.append(StrategyRun(cfg["baseline"]))
-    runs.append(StrategyRun(strat["name"], dict(strat.get("params") or {})))
-    for sr in runs:
-        get_spec(sr.name)
-    ids = [p.ids for p in prompts]
-    budgets = [p.max_new_tokens or cfg["max_new_tokens"] for p in prompts]
-    results = [run_strategy(sr, target, draft, ids, budgets, pair.eos_ids, prompt_ids=[p.id for p in prompts],
-                            warmup=cfg["warmup"], progress=True) for sr in runs]
-    base = results[0] if runs[0].name == "vanilla" else None
-    print(format_table(results, base))
-    if base is not None:
-        for r in results[1:]:
-            same = sum(a.output == b.output for a, b in zip(base.prompts, r.prompts, strict=True))
-            print(f"{r.strategy}: {same}/{len(r.prompts)} outputs token-identical to vanilla")
-    write_records(cfg, results, base)
-    return results
+    @property
+    def id(self) -> str:
+        return point_id(point_key(self.run))
+
+    @property
+    def baseline_id(self) -> str | None:
+        b = self.run.baseline
+        return point_id(point_key(self.run, strategy=b)) if b else None
+
+    def baseline_point(self) -> Point:
+        assert self.run.baseline
+        b = dataclasses.replace(self.run, strategy=dataclasses.replace(self.run.strategy, name=self.run.baseline,
+                                                                       params={}))
+        return Point(b, self.run.baseline)
 
 
-def write_records(cfg: dict[str, Any], results: list[RunResult], base: RunResult | None) -> None:
-    import torch
-    import transformers
+@dataclass
+class Executor:
+    """Measures points; keeps sessions (one per model/backend/hardware/dataset) and baseline results."""
 
-    path = cfg.get("out")
-    if not path:
-        return
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    env = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-           "machine": platform.machine(), "threads": torch.get_num_threads()}
-    with open(path, "a", encoding="utf-8") as f:
-        for r in results:
-            rec = {"time": time.time(), "config": cfg, "env": env, "backend": "hf", "totals": r.totals(),
-                   "speedup": speedup(base, r) if base is not None else None,
-                   "prompts": [p.summary() for p in r.prompts]}
-            f.write(json.dumps(rec) + "\n")
-    print(f"records appended to {path}")
+    records: RecordFile | None
+    mirror: WandbMirror | None = None
+    resume: bool = True
+    console: bool = True
+    sweep: str = "single"
+    step_records: bool = False
+    on_record: Callable[[dict], None] | None = None
+    _sessions: dict[str, Session] = field(default_factory=dict)
+    _results: dict[str, RunResult] = field(default_factory=dict)   # point_id -> result measured or reloaded
+
+    def session(self, run: RunConfig) -> Session:
+        key = _pair_key(run) + json.dumps(run.dataset, sort_keys=True, default=str)
+        if key not in self._sessions:
+            self._sessions[key] = open_session(run)
+        return self._sessions[key]
+
+    def _done(self, pid: str) -> dict | None:
+        return self.records.index().get(pid) if (self.resume and self.records is not None) else None
+
+    def run_point(self, point: Point) -> tuple[dict, bool]:
+        """(record, measured now?) for `point`, measuring its baseline first when needed."""
+        done = self._done(point.id)
+        if done is not None:
+            return done, False
+        base = None
+        if point.run.baseline and point.run.baseline != point.run.strategy.name:
+            base = self._baseline(point)
+        with self._claim(point.id) as other:
+            if other is not None:
+                return other, False
+            rec = self._measure(point, base, point.baseline_id if base is not None else None)
+        return rec, True
+
+    def _baseline(self, point: Point) -> RunResult:
+        bid = point.baseline_id
+        assert bid is not None
+        if bid not in self._results:
+            done = self._done(bid)
+            if done is None:
+                with self._claim(bid) as other:
+                    done = other if other is not None else self._measure(point.baseline_point(), None, None)
+            self._results.setdefault(bid, result_from_record(done))
+        return self._results[bid]
+
+    def _claim(self, pid: str):
+        if self.records is None or not self.resume:
+            return _no_claim()
+        return self.records.claim(pid)
+
+    def _measure(self, point: Point, base: RunResult | None, baseline_id: str | None) -> dict:
+        run = point.run
+        sess = self.session(run)
+        budgets = [p.max_new_tokens or run.max_new_tokens for p in sess.prompts]
+        result = run_strategy(StrategyRun(run.strategy.name, dict(run.strategy.params), point.label), sess.target,
+                              sess.draft, [p.ids for p in sess.prompts], budgets, sess.eos_ids,
+                              prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup, progress=self.console)
+        if run.strategy.name == run.baseline:
+            base, baseline_id = result, point.id
+        self._results[point.id] = result
+        rec = make_record(run, result, sess, label=point.label, baseline=base, baseline_id=baseline_id,
+                          sweep=self.sweep, step_records=self.step_records)
+        if self.records is not None:
+            self.records.append(rec)
+        if self.mirror is not None:
+            self.mirror.log_point(rec)
+        if self.on_record is not None:
+            self.on_record(rec)
+        return rec
+
+
+class _no_claim:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def make_executor(run: RunConfig, resume: bool, sweep: str) -> Executor:
+    w = run.logger.wandb
+    mirror = WandbMirror(w.mode, w.project, w.entity, w.dir, w.tags, group=sweep)
+    say = (lambda rec: tqdm.write(summary_line(rec))) if run.logger.console else None
+    return Executor(RecordFile(run.out) if run.out else None, mirror, resume, run.logger.console, sweep,
+                    run.logger.step_records, on_record=say)
+
+
+def run_one(run: RunConfig) -> list[dict]:
+    """The baseline and the strategy, both measured now (no resume): one table, records appended."""
+    ex = make_executor(run, resume=False, sweep="run")
+    point = Point(run, label_of(run))
+    recs = []
+    if run.baseline and run.baseline != run.strategy.name:
+        recs.append(ex.run_point(point.baseline_point())[0])
+    recs.append(ex.run_point(point)[0])
+    print(format_table(recs))
+    if run.out:
+        print(f"records appended to {run.out}")
+    return recs
+
+
+def entry(fn: Callable[[], Any]) -> Any:
+    """Run an entry point body: a bad input prints `error: <one line>` and exits 2."""
+    try:
+        return fn()
+    except OuroborosError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    try:
-        main_plain(plain)  # type: ignore[arg-type]
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    entry(lambda: run_one(validate(cfg)))
 
 
 if __name__ == "__main__":

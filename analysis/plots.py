@@ -1,0 +1,161 @@
+"""Figures from records (matplotlib, Agg backend): speedup-vs-parameter curves, per-sweep speedup bars, and the
+phrase pool over a run. Each function takes records and returns figures; report.py saves them.
+
+A curve series is the set of records that share everything but the swept parameter (strategy, model, dataset,
+backend, hardware, the other params); parameters that vary across series name them in the legend. Knows
+nothing of models; never re-measures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from ouroboros.metrics import pool_rates  # noqa: E402
+
+# swept parameter -> axis label (paper names); "max_new_tokens" is a run-level key, the rest strategy params
+CURVE_PARAMS = {"gamma": "draft length γ", "K": "candidate suffixes K", "W": "lookahead window W",
+                "N": "n-gram level N (β)", "G": "guess set size G", "max_new_tokens": "generation length l (tokens)"}
+MAX_SERIES = 10
+
+
+def _x(rec: dict, param: str) -> Any:
+    if param == "max_new_tokens":
+        return rec["config"]["max_new_tokens"]
+    return rec.get("params", {}).get(param)
+
+
+def _context(rec: dict, param: str) -> dict[str, Any]:
+    """Everything a series shares (all but `param`)."""
+    c = rec["config"]
+    ctx = {"strategy": rec["strategy"], "model": c["model"].get("name") or c["model"].get("kind"),
+           "dataset": c["dataset"].get("name") or c["dataset"].get("kind"), "backend": rec.get("backend"),
+           "hardware": (c.get("hardware") or {}).get("name") if rec.get("backend") == "sim" else None}
+    if param != "max_new_tokens":
+        ctx["max_new_tokens"] = c["max_new_tokens"]
+    ctx.update({f"{k}": v for k, v in rec.get("params", {}).items() if k != param})
+    return ctx
+
+
+def curve_series(records: Sequence[dict], param: str) -> dict[str, list[tuple[Any, float]]]:
+    """{series label: [(x, speedup), ...] sorted by x} for series with >= 2 distinct x values."""
+    pts = [r for r in records if _x(r, param) is not None and r.get("speedup") is not None
+           and r["strategy"] != (r["config"].get("baseline") or "")]
+    groups: dict[str, list[dict]] = {}
+    ctxs = {}
+    for r in pts:
+        ctx = _context(r, param)
+        key = json.dumps(ctx, sort_keys=True, default=str)
+        groups.setdefault(key, []).append(r)
+        ctxs[key] = ctx
+    varying = {k for k in set().union(*(c.keys() for c in ctxs.values()))
+               if len({json.dumps(c.get(k), default=str) for c in ctxs.values()}) > 1} if ctxs else set()
+    out = {}
+    for key, rs in groups.items():
+        xs = sorted({(_x(r, param), r["speedup"]) for r in rs}, key=lambda t: t[0])
+        if len({x for x, _ in xs}) < 2:
+            continue
+        ctx = ctxs[key]
+        label = " ".join([str(ctx["strategy"])] + [f"{k}={ctx[k]}" for k in sorted(varying - {"strategy"})])
+        out[label] = xs
+    return out
+
+
+def speedup_curve(records: Sequence[dict], param: str) -> Figure | None:
+    series = curve_series(records, param)
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, xs in list(series.items())[:MAX_SERIES]:
+        ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", label=label)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--", label="baseline (1.0x)")
+    ax.set_xlabel(CURVE_PARAMS[param])
+    ax.set_ylabel("speedup over vanilla (x)")
+    clocks = {r.get("backend") for r in records if _x(r, param) is not None}
+    ax.set_title(f"Speedup vs {CURVE_PARAMS[param]} ({'modelled' if clocks == {'sim'} else 'wall'} time)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    if len(series) > MAX_SERIES:
+        ax.text(0.01, 0.01, f"{len(series) - MAX_SERIES} more series not drawn", transform=ax.transAxes, fontsize=7)
+    return fig
+
+
+def speedup_bars(records: Sequence[dict], title: str) -> Figure | None:
+    recs = [r for r in records if r.get("speedup") is not None]
+    if len(recs) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(recs) + 1.5), 4.2))
+    labels = [r["label"] for r in recs]
+    vals = [r["speedup"] for r in recs]
+    bars = ax.bar(range(len(recs)), vals, color=["#999999" if r["strategy"] == r["config"].get("baseline")
+                                                 else "#3b75af" for r in recs])
+    for b, v in zip(bars, vals, strict=True):
+        ax.annotate(f"{v:.2f}x", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(recs)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("speedup over vanilla (x)")
+    ax.set_title(title)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def pool_over_run(rec: dict) -> Figure | None:
+    """Phrase-pool size (left axis) and per-prompt hit rates (right axis) over the prompts of one run."""
+    stats = [p.get("proposer_stats", {}) for p in rec["prompts"]]
+    if not any("pool_phrases" in s for s in stats):
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    idx = list(range(1, len(stats) + 1))
+    ax.plot(idx, [s.get("pool_phrases", 0) for s in stats], color="#3b75af", marker=".", label="pool phrases")
+    ax.set_xlabel("prompt (order of the run)")
+    ax.set_ylabel("phrases in the pool (end of prompt)")
+    ax2 = ax.twinx()
+    rates = [pool_rates(s) for s in stats]
+    keys = sorted({k for r in rates for k in r if k.endswith("hit_rate")})
+    for k, color in zip(keys, ("#d1603d", "#5a9e4b", "#8e6bb8", "#c9a227"), strict=False):
+        ax2.plot(idx, [r.get(k, float("nan")) for r in rates], color=color, ls="--", marker="x", label=k)
+    ax2.set_ylabel("hit rate (lookups with >= 1 phrase)")
+    ax2.set_ylim(0, 1.05)
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="lower right")
+    ax.set_title(f"Phrase pool over the run: {rec['label']}")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")[:60]
+
+
+def all_figures(records: Sequence[dict]) -> dict[str, Figure]:
+    figs: dict[str, Figure] = {}
+    for param in CURVE_PARAMS:
+        fig = speedup_curve(records, param)
+        if fig is not None:
+            figs[f"speedup_vs_{param}"] = fig
+    by_sweep: dict[str, list[dict]] = {}
+    for r in records:
+        by_sweep.setdefault(r.get("sweep") or "run", []).append(r)
+    for name, rs in by_sweep.items():
+        if len(rs) <= 20:
+            fig = speedup_bars(rs, f"Speedup per point: sweep '{name}'")
+            if fig is not None:
+                figs[f"bars_{slug(name)}"] = fig
+    for r in records:
+        fig = pool_over_run(r)
+        if fig is not None and sum(k.startswith("pool_") for k in figs) < 8:
+            figs[f"pool_{slug(r['label'])}_{r['point_id'][:6]}"] = fig
+    return figs
+
+
+def close(fig: Figure) -> None:
+    plt.close(fig)

@@ -1,0 +1,134 @@
+"""Tables and the report from JSONL records (ouroboros.sinks.read_records). Never re-measures: every number
+is read from a record, re-aggregated only through ouroboros.metrics (speedup, combine_summaries).
+
+`write_report(records, out)` writes:
+  table.md / table.csv     one row per point (latest record per point_id): tok/s, speedup, eta, A, #Match
+  tasks.md / tasks.csv     per point x prompt category: the same, over that category's prompts
+  speedup_vs_<param>.*     curves (gamma, K, W, N, G, max_new_tokens) where a sweep varies that parameter
+  bars_<sweep>.*           speedup per point of each sweep (the ablation, the strategy comparison, ...)
+  pool_<point>.*           phrase-pool size and hit rates over a run, per prompt
+
+Knows nothing of models or Hydra.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ouroboros.metrics import RunResult, combine_summaries, speedup
+
+COLUMNS = ("point", "sweep", "model", "dataset", "backend", "prompts", "new_tokens", "seconds", "tokens_per_s",
+           "speedup", "block_efficiency", "accepted_length", "match_per_forward", "identical")
+
+
+def latest(records: Sequence[dict]) -> list[dict]:
+    """One record per point_id (the latest), in first-seen order."""
+    order: dict[str, dict] = {}
+    for r in records:
+        prev = order.get(r["point_id"])
+        if prev is None or r.get("time", 0) >= prev.get("time", 0):
+            order[r["point_id"]] = r
+    return list(order.values())
+
+
+def model_name(rec: dict) -> str:
+    m = rec["config"]["model"]
+    return str(m.get("name") or m.get("kind") or "?")
+
+
+def dataset_name(rec: dict) -> str:
+    d = rec["config"]["dataset"]
+    return str(d.get("name") or d.get("kind") or "?")
+
+
+def table_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
+    rows = []
+    for r in latest(records):
+        t = r["totals"]
+        rows.append({"point": r["label"], "sweep": r.get("sweep", ""), "model": model_name(r),
+                     "dataset": dataset_name(r), "backend": r.get("backend", ""), "prompts": t["prompts"],
+                     "new_tokens": t["new_tokens"], "seconds": round(t["elapsed_s"], 4),
+                     "tokens_per_s": round(t["tokens_per_s"], 2),
+                     "speedup": None if r.get("speedup") is None else round(r["speedup"], 3),
+                     "block_efficiency": round(t["block_efficiency"], 3),
+                     "accepted_length": round(t["accepted_length"], 3),
+                     "match_per_forward": round(t["match_per_forward"], 3),
+                     "identical": r.get("identical_to_baseline")})
+    return rows
+
+
+def _subset(rec: dict, ids: set[str]) -> RunResult:
+    from ouroboros.run import result_from_record
+
+    rr = result_from_record(rec)
+    return RunResult(rr.strategy, [p for p in rr.prompts if p.prompt_id in ids])
+
+
+def task_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
+    """Per point and prompt category; speedup against the point's baseline record on the same prompts."""
+    recs = latest(records)
+    by_id = {r["point_id"]: r for r in recs}
+    rows = []
+    for r in recs:
+        cats: dict[str, list[dict]] = {}
+        for p in r["prompts"]:
+            cats.setdefault(p.get("category") or "-", []).append(p)
+        base = by_id.get(r.get("baseline_id") or "")
+        for cat, ps in sorted(cats.items()):
+            t = combine_summaries(ps)
+            ids = {p["prompt_id"] for p in ps}
+            sp = speedup(_subset(base, ids), _subset(r, ids)) if base is not None else None
+            rows.append({"point": r["label"], "category": cat, "model": model_name(r), "dataset": dataset_name(r),
+                         "prompts": t["prompts"], "new_tokens": t["new_tokens"],
+                         "tokens_per_s": round(t["tokens_per_s"], 2),
+                         "speedup": None if sp is None else round(sp, 3),
+                         "block_efficiency": round(t["block_efficiency"], 3),
+                         "accepted_length": round(t["accepted_length"], 3)})
+    return rows
+
+
+def to_markdown(rows: Sequence[dict]) -> str:
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join("-" if row[c] is None else str(row[c]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: Sequence[dict]) -> str:
+    if not rows:
+        return ""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def write_report(records: Sequence[dict], out: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, Path]:
+    """Write tables and figures under `out`; returns {figure name: PNG path} (for wandb media)."""
+    from analysis import plots
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, tasks = table_rows(records), task_rows(records)
+    (out / "table.md").write_text(to_markdown(rows))
+    (out / "table.csv").write_text(to_csv(rows))
+    (out / "tasks.md").write_text(to_markdown(tasks))
+    (out / "tasks.csv").write_text(to_csv(tasks))
+    figures = plots.all_figures(latest(records))
+    written: dict[str, Path] = {}
+    for name, fig in figures.items():
+        for fmt in formats:
+            path = out / f"{name}.{fmt}"
+            fig.savefig(path, dpi=150, bbox_inches="tight")
+            if fmt == "png":
+                written[name] = path
+        plots.close(fig)
+    return written

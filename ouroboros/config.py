@@ -1,0 +1,195 @@
+"""Structured configs: one dataclass per component, the root schema registered with Hydra's ConfigStore, and
+`validate()`, which turns a composed config into a checked, plain `RunConfig` before any model loads.
+
+Components (Hydra groups under conf/):
+- model     a pair spec; its fields depend on its `kind` (tiny, hf, gguf, sim profiles, ...): a free-form dict
+            whose keys Hydra still guards (a typo'd field is "not in struct").
+- strategy  `StrategyConfig(name, params)`; params are checked against the strategy's own dataclass in the
+            registry (ouroboros.strategies), whose __post_init__ rejects impossible values in one line.
+- dataset   a prompt-set spec (free-form per `kind`, like model).
+- backend   `BackendConfig`: hf (real models, wall clock) or sim (simulator, modelled clock); auto picks sim
+            for simulated model profiles and hf otherwise.
+- hardware  the profile the simulator charges time for (free-form, owned by simulators/); null for hf.
+- logger    `LoggerConfig`: console progress, per-step records, the wandb mirror.
+- sweep     `SweepConfig`: a grid (override key -> values) and/or explicit points (the ablation).
+
+Entry points (run, sweep, tune) are the only modules that see a DictConfig; they call `validate` and hand
+library code plain dataclasses and dicts. This module knows nothing of models, decoding or sinks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from ouroboros.backends.base import OuroborosError
+from ouroboros.strategies import get_spec, make_config
+
+BACKEND_KINDS = ("hf", "sim", "auto")
+WANDB_MODES = ("offline", "online", "disabled")
+# model kinds that only exist as simulator profiles (a model dict may also say `backend: sim` itself)
+SIM_MODEL_KINDS = ("sim", "profile")
+
+
+@dataclass
+class StrategyConfig:
+    name: str = MISSING                                  # registry name
+    params: dict[str, Any] = field(default_factory=dict)  # fields of the strategy's config dataclass
+
+
+@dataclass
+class BackendConfig:
+    kind: str = "auto"          # hf | sim | auto (sim for simulated model profiles, hf otherwise)
+    dtype: str = "float32"      # hf: weights / activations dtype
+    device: str = "cpu"         # hf: cpu | cuda | cuda:N | auto (accelerate device_map across GPUs)
+    threads: int = 0            # hf: torch intra-op threads; 0 = torch's default
+    sim: dict[str, Any] = field(default_factory=dict)  # sim: options for simulators.make_pair
+
+
+@dataclass
+class WandbConfig:
+    mode: str = "offline"       # offline (no network, no account) | online | disabled (tests)
+    project: str = "ouroboros"
+    entity: str | None = None
+    dir: str = "runs"           # runs land in <dir>/wandb/offline-run-*
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LoggerConfig:
+    console: bool = True        # progress bars over points and prompts, one summary line per point
+    step_records: bool = False  # per-step records (StepRecord) inside each JSONL record
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+@dataclass
+class SweepPoint:
+    label: str = ""                                       # display name (defaults to the overrides)
+    overrides: list[str] = field(default_factory=list)    # Hydra overrides, e.g. ["strategy=ouroboros"]
+
+
+@dataclass
+class SweepConfig:
+    name: str = "single"
+    grid: dict[str, list[Any]] = field(default_factory=dict)  # override key -> values (cartesian product)
+    points: list[SweepPoint] = field(default_factory=list)    # explicit points, crossed with the grid
+    resume: bool = True         # skip points already in the record file
+
+
+@dataclass
+class RunConfig:
+    """The root: what one point needs. `validate` returns it with checked fields."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    dataset: dict[str, Any] = field(default_factory=dict)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    hardware: dict[str, Any] | None = None
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    max_new_tokens: int = 64
+    seed: int = 0
+    warmup: bool = True         # one short untimed decode per strategy before the clock runs
+    baseline: str | None = "vanilla"   # strategy whose time the speedup divides (null: no speedups)
+    out: str | None = "runs/records.jsonl"  # the JSONL record file (null: no records)
+
+    @property
+    def backend_kind(self) -> str:
+        return resolve_backend(self.backend.kind, self.model)
+
+
+def register() -> None:
+    """Register the root schema; conf/config.yaml names it first in its defaults list."""
+    ConfigStore.instance().store(name="ouroboros_schema", node=RunConfig)
+
+
+register()
+
+
+def resolve_backend(kind: str, model: dict[str, Any]) -> str:
+    if kind != "auto":
+        return kind
+    if model.get("backend") == "sim" or model.get("kind") in SIM_MODEL_KINDS:
+        return "sim"
+    if "kind" not in model and "profile" in model:   # a profile-only pair (no weights to load)
+        return "sim"
+    return "hf"
+
+
+def to_run_config(cfg: DictConfig | dict) -> RunConfig:
+    """Composed config -> RunConfig (a typed copy; drops the `hydra` node)."""
+    if isinstance(cfg, dict):
+        cfg = OmegaConf.create(cfg)
+    node = OmegaConf.merge(OmegaConf.structured(RunConfig), {k: v for k, v in cfg.items() if k != "hydra"})
+    run = OmegaConf.to_object(node)
+    assert isinstance(run, RunConfig)
+    return run
+
+
+def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
+    """Check one point; raises OuroborosError with one line saying why. Loads no model."""
+    run = cfg if isinstance(cfg, RunConfig) else to_run_config(cfg)
+    if run.max_new_tokens <= 0:
+        raise OuroborosError(f"max_new_tokens must be >= 1, got {run.max_new_tokens}")
+    if run.seed < 0:
+        raise OuroborosError(f"seed must be >= 0, got {run.seed}")
+    spec = get_spec(run.strategy.name)
+    make_config(run.strategy.name, run.strategy.params)
+    if run.baseline is not None:
+        get_spec(run.baseline)
+    if "kind" not in run.model and "profile" not in run.model:
+        raise OuroborosError("model config has neither 'kind' nor 'profile' (pick one with model=<name>)")
+    if "kind" not in run.dataset:
+        raise OuroborosError("dataset config has no 'kind' (pick one with dataset=<name>)")
+    if run.backend.kind not in BACKEND_KINDS:
+        raise OuroborosError(f"unknown backend {run.backend.kind!r}; known: {', '.join(BACKEND_KINDS)}")
+    kind = run.backend_kind
+    if kind == "sim" and not run.hardware:
+        raise OuroborosError("backend=sim needs a hardware profile (e.g. hardware=a800x2)")
+    if kind == "hf" and run.model.get("kind") in SIM_MODEL_KINDS:
+        raise OuroborosError(f"model kind {run.model['kind']!r} is a simulator profile: use backend=sim")
+    if kind == "hf":
+        from ouroboros.models import parse_dtype
+
+        parse_dtype(run.backend.dtype)
+        if run.backend.threads < 0:
+            raise OuroborosError(f"backend.threads must be >= 0, got {run.backend.threads}")
+    if spec.needs_draft_model and "draft" in run.model and run.model["draft"] is None:
+        raise OuroborosError(f"strategy '{run.strategy.name}' needs a draft model, but model.draft is null")
+    if run.logger.wandb.mode not in WANDB_MODES:
+        raise OuroborosError(f"logger.wandb.mode must be one of {', '.join(WANDB_MODES)}, got "
+                             f"{run.logger.wandb.mode!r}")
+    return run
+
+
+def strategy_params(name: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """All fields of the strategy's config dataclass (defaults filled in): the canonical params."""
+    return dataclasses.asdict(make_config(name, params))
+
+
+def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
+    """What identifies a measurement: everything that can change its numbers (not logger / sweep / out).
+    `strategy` swaps in another strategy at its defaults (the baseline of this point)."""
+    name = strategy or run.strategy.name
+    params = strategy_params(name, None if strategy else run.strategy.params)
+    backend = dataclasses.asdict(run.backend)
+    backend["kind"] = run.backend_kind
+    return {"model": run.model, "dataset": run.dataset, "backend": backend,
+            "hardware": run.hardware if backend["kind"] == "sim" else None,
+            "max_new_tokens": run.max_new_tokens, "seed": run.seed, "warmup": run.warmup,
+            "strategy": {"name": name, "params": params}}
+
+
+def point_id(key: dict[str, Any]) -> str:
+    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def plain(run: RunConfig) -> dict[str, Any]:
+    """The resolved config as plain JSON-able data (for records and wandb)."""
+    return dataclasses.asdict(run)

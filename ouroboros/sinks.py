@@ -1,0 +1,277 @@
+"""Sinks: they only WRITE records computed elsewhere (ouroboros.metrics via ouroboros.run.make_record).
+
+- `RecordFile`: the JSONL record file (one JSON object per line, one line per point). Appends are atomic:
+  one `os.write` of the whole line under an exclusive flock, then fsync; a line torn by a kill mid-write is
+  cut off by the next writer (and ignored by readers), so a record is either wholly there or not at all.
+  `index()` maps point_id -> record (the resume index); `claim(point_id)` is a per-point lock so parallel
+  workers (joblib) never measure the same point twice.
+- `WandbMirror`: mirrors each record to a wandb run (offline by default: no network, no account; `disabled`
+  for tests), and a sweep's table and plots to one summary run.
+- `summary_line`: the console line printed when a point finishes.
+- `read_records` / `read_wandb_run`: readers for analysis, tests and reports.
+
+Knows nothing of models, strategies or Hydra.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import json
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ouroboros.metrics import pool_rates
+
+SCHEMA_VERSION = 1
+
+
+# ----------------------------------------------------------------------------------------------- JSONL records
+def _parse_lines(data: bytes, where: str) -> list[dict]:
+    out, bad = [], 0
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline; else a torn last line
+    bad += bool(tail.strip())
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            bad += 1
+    if bad:
+        warnings.warn(f"{where}: skipped {bad} incomplete line(s)", stacklevel=3)
+    return out
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """Records from a .jsonl file or every *.jsonl under a folder (sorted by path, then file order)."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(p.rglob("*.jsonl"))
+    elif p.exists():
+        files = [p]
+    else:
+        from ouroboros.backends.base import OuroborosError
+
+        raise OuroborosError(f"no records at {str(path)!r}")
+    out: list[dict] = []
+    for f in files:
+        out += [r for r in _parse_lines(f.read_bytes(), str(f)) if isinstance(r, dict) and "point_id" in r]
+    return out
+
+
+class RecordFile:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def records(self) -> list[dict]:
+        return read_records(self.path) if self.path.exists() else []
+
+    def index(self) -> dict[str, dict]:
+        """point_id -> its latest record (the resume index)."""
+        return {r["point_id"]: r for r in self.records()}
+
+    def append(self, record: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps(record, separators=(",", ":"), default=_json_default) + "\n").encode()
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _cut_torn_tail(fd)
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # releases the flock
+
+    @contextmanager
+    def claim(self, point_id: str) -> Iterator[dict | None]:
+        """Hold point_id's lock; yields its record if another worker finished it meanwhile, else None."""
+        lock_dir = self.path.parent / (self.path.name + ".locks")
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_dir / f"{point_id}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield self.index().get(point_id)
+        finally:
+            os.close(fd)
+
+
+def _cut_torn_tail(fd: int) -> None:
+    """Drop a partial last line (left by a kill mid-write) so the next record starts on its own line."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    back = min(size, 1 << 20)
+    chunk = os.pread(fd, back, size - back)
+    cut = chunk.rfind(b"\n")
+    keep = size - back + cut + 1 if cut >= 0 else (0 if back == size else size)
+    os.ftruncate(fd, keep)
+    warnings.warn(f"dropped a torn record line ({size - keep} bytes) left by an interrupted write", stacklevel=3)
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):          # numpy / torch scalars
+        return o.item()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+# ----------------------------------------------------------------------------------------------- console
+def summary_line(rec: dict, done: int | None = None, total: int | None = None) -> str:
+    t = rec["totals"]
+    sp = rec.get("speedup")
+    head = f"[{done}/{total}] " if done is not None else ""
+    same = rec.get("identical_to_baseline")
+    tail = f", identical {same}" if same else ""
+    clock = "modelled" if rec.get("backend") == "sim" else "wall"
+    return (f"{head}{rec['label']}: {t['tokens_per_s']:.1f} tok/s, speedup "
+            f"{'-' if sp is None else f'{sp:.2f}x'}, eta {t['block_efficiency']:.2f}, A {t['accepted_length']:.2f}, "
+            f"#Match {t['match_per_forward']:.2f}, {t['new_tokens']} tokens in {t['elapsed_s']:.2f} {clock} s{tail}")
+
+
+# ----------------------------------------------------------------------------------------------- wandb
+def point_metrics(rec: dict) -> dict[str, float]:
+    """The scalar metrics a record carries, flattened for wandb (names: group/metric)."""
+    t = rec["totals"]
+    m: dict[str, float] = {k: t[k] for k in ("tokens_per_s", "mean_tokens_per_s", "new_tokens", "elapsed_s",
+                                              "block_efficiency", "accepted_length", "match_per_forward",
+                                              "target_forwards", "draft_forwards", "draft_tokens")}
+    if rec.get("speedup") is not None:
+        m["speedup"] = rec["speedup"]
+    for k in ("draft_s", "verify_s", "other_s", "prefill_s"):
+        m[f"time/{k}"] = t[k]
+        m[f"time/{k[:-2]}_frac"] = t[k] / t["elapsed_s"] if t["elapsed_s"] > 0 else 0.0
+    for src, n in t.get("accepted_by_source", {}).items():
+        m[f"accepted_by_source/{src}"] = n
+    for k, v in t.get("proposer_stats", {}).items():
+        if isinstance(v, (int, float)):
+            m[f"proposer/{k}"] = v
+    for k, v in pool_rates(t.get("proposer_stats", {})).items():
+        m[f"pool/{k}"] = v
+    return m
+
+
+class WandbMirror:
+    """One wandb run per point (grouped by sweep name) + `log_sweep` for the table and plots."""
+
+    def __init__(self, mode: str = "offline", project: str = "ouroboros", entity: str | None = None,
+                 dir: str = "runs", tags: list[str] | None = None, group: str | None = None):
+        self.mode, self.project, self.entity, self.dir = mode, project, entity, dir
+        self.tags, self.group = list(tags or []), group
+        self.run_dirs: list[str] = []
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "disabled"
+
+    def _init(self, name: str, config: dict, job_type: str):
+        import wandb
+
+        os.makedirs(self.dir, exist_ok=True)
+        mode: Any = self.mode
+        return wandb.init(mode=mode, project=self.project, entity=self.entity, dir=self.dir, group=self.group,
+                          name=name, job_type=job_type, config=config, tags=self.tags, reinit="finish_previous",
+                          settings=wandb.Settings(silent=True, console="off", save_code=False))
+
+    def log_point(self, rec: dict) -> str | None:
+        if not self.enabled:
+            return None
+        import wandb
+
+        run = self._init(rec["label"], {**rec["config"], "point_id": rec["point_id"]}, "point")
+        try:
+            t = rec["totals"]
+            run.define_metric("position")
+            run.define_metric("acceptance/*", step_metric="position")
+            run.define_metric("prompt_index")
+            run.define_metric("prompt/*", step_metric="prompt_index")
+            for i, (p, a) in enumerate(zip(t["position_proposed"], t["position_accepted"], strict=True)):
+                run.log({"position": i + 1, "acceptance/proposed": p, "acceptance/accepted": a,
+                         "acceptance/rate": a / p if p else 0.0})
+            for i, pr in enumerate(rec["prompts"]):
+                row: dict[str, Any] = {"prompt_index": i, "prompt/tokens_per_s": pr["tokens_per_s"],
+                                       "prompt/block_efficiency": pr["block_efficiency"]}
+                row.update({f"prompt/{k}": v for k, v in pr.get("proposer_stats", {}).items()
+                            if isinstance(v, (int, float))})
+                run.log(row)
+            cols: list[str | int] = ["position", "proposed", "accepted"]
+            data = [[i + 1, p, a] for i, (p, a) in enumerate(zip(t["position_proposed"], t["position_accepted"],
+                                                                  strict=True))]
+            run.log({"per_position_acceptance": wandb.Table(columns=cols, data=data)})
+            run.summary.update(point_metrics(rec))
+            self.run_dirs.append(str(Path(run.dir).parent))
+        finally:
+            run.finish()
+        return self.run_dirs[-1]
+
+    def log_sweep(self, name: str, rows: list[dict], images: dict[str, str] | None = None) -> str | None:
+        if not self.enabled or not rows:
+            return None
+        import wandb
+
+        run = self._init(f"{name}-summary", {"sweep": name, "points": len(rows)}, "sweep")
+        try:
+            keys = list(rows[0])
+            run.log({"sweep_table": wandb.Table(columns=list(keys), data=[[r.get(c) for c in keys] for r in rows])})
+            for key, path in (images or {}).items():
+                run.log({key: wandb.Image(path)})
+            self.run_dirs.append(str(Path(run.dir).parent))
+        finally:
+            run.finish()
+        return self.run_dirs[-1]
+
+
+# --- reading an offline run back (tests, reports): the .wandb file is a LevelDB-style log of protobuf records
+_BLOCK, _HEADER = 32768, 7
+
+
+def _log_chunks(data: bytes) -> Iterator[bytes]:
+    pos, buf = _HEADER, b""  # file header: ":W&B", magic (2 bytes), version (1 byte)
+    while pos + _HEADER <= len(data):
+        left = _BLOCK - pos % _BLOCK
+        if left < _HEADER:          # block trailer padding
+            pos += left
+            continue
+        length = int.from_bytes(data[pos + 4: pos + 6], "little")
+        kind = data[pos + 6]
+        chunk = data[pos + _HEADER: pos + _HEADER + length]
+        pos += _HEADER + length
+        if kind == 1:               # FULL
+            yield chunk
+        elif kind == 2:             # FIRST
+            buf = chunk
+        elif kind == 3:             # MIDDLE
+            buf += chunk
+        elif kind == 4:             # LAST
+            yield buf + chunk
+
+
+def read_wandb_run(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """{config, summary, history} of an offline run directory (offline-run-*)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    files = glob.glob(os.path.join(run_dir, "run-*.wandb"))
+    if not files:
+        raise FileNotFoundError(f"no run-*.wandb file in {run_dir}")
+    out: dict[str, Any] = {"config": {}, "summary": {}, "history": []}
+    for chunk in _log_chunks(Path(files[0]).read_bytes()):
+        rec = pb.Record()  # type: ignore[attr-defined]
+        rec.ParseFromString(chunk)
+        kind = rec.WhichOneof("record_type")
+        if kind == "config":
+            out["config"].update({i.key: json.loads(i.value_json) for i in rec.config.update})
+        elif kind == "summary":
+            out["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                                   for i in rec.summary.update})
+        elif kind == "history":
+            out["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                                   for i in rec.history.item})
+    return out

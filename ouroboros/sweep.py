@@ -1,0 +1,196 @@
+"""`python -m ouroboros.sweep [sweep=<preset>] [overrides]`: measure a set of points (strategies x
+hyper-parameters x datasets x ...) with the baseline each one needs for speedups, resume from the record file,
+print a table at the end.
+
+Points come from the `sweep` group (conf/sweep/*.yaml): `points` (explicit override lists, e.g. the ablation)
+crossed with `grid` (override key -> values). Each point is composed by Hydra from the command line's overrides
+plus its own (a point's override replaces the command line's for the same key; re-selecting a group drops the
+command line's overrides under that group unless it picks the same option), then validated: every point is
+checked before any model loads. Hydra's `-m` works too (each job runs its own points; the joblib launcher runs
+jobs in parallel; `MultirunTable` validates every job up front and prints one table at the end).
+
+Resume: a point whose point_id (ouroboros.config.point_key) already has a record is skipped; a kill at any
+moment loses at most the point being measured, and a rerun measures it once (ouroboros.sinks.RecordFile).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from ouroboros.backends.base import OuroborosError
+from ouroboros.config import RunConfig, SweepConfig, validate
+from ouroboros.run import Executor, Point, entry, format_table, label_of, make_executor
+from ouroboros.sinks import RecordFile, summary_line
+
+GROUPS = ("model", "strategy", "dataset", "backend", "hardware", "logger", "sweep")
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    return str(v)
+
+
+def expand(sweep: SweepConfig) -> list[tuple[str, list[str]]]:
+    """(label suffix, overrides) per point: explicit points x the grid's cartesian product."""
+    points = [(p.label, list(p.overrides)) for p in sweep.points] or [("", [])]
+    keys = list(sweep.grid)
+    combos = itertools.product(*(sweep.grid[k] for k in keys)) if keys else [()]
+    out = []
+    for combo in combos:
+        grid = [f"{k}={_value(v)}" for k, v in zip(keys, combo, strict=True)]
+        for label, ovr in points:
+            out.append((label, ovr + grid))
+    return out
+
+
+def merge_overrides(base: Iterable[str], point: list[str], choices: dict[str, Any]) -> list[str]:
+    """The command line's overrides, minus those a point replaces, then the point's."""
+    keys = {_key(o) for o in point}
+    reselected = {k for o in point if (k := _key(o)) in GROUPS and o.split("=", 1)[1] != choices.get(k)}
+    kept = [o for o in base if _key(o) not in keys and _key(o).split(".", 1)[0] not in reselected]
+    return kept + point
+
+
+def compose_run(overrides: list[str]) -> RunConfig:
+    """Compose the root config with `overrides` (Hydra must be initialised) and validate it."""
+    try:
+        cfg = hydra.compose(config_name="config", overrides=overrides)
+    except Exception as e:  # Hydra's own message, on one line
+        msg = " ".join(str(e).split())
+        raise OuroborosError(f"cannot compose [{' '.join(overrides)}]: {msg}") from None
+    return validate(cfg)
+
+
+def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig) -> list[Point]:
+    """Every point of the sweep, validated, with its baseline inserted before its first use."""
+    out: list[Point] = []
+    seen: set[str] = set()
+    for suffix, ovr in expand(sweep):
+        run = compose_run(merge_overrides(base, ovr, choices))
+        extra = " ".join(o for o in ovr if _key(o).split(".", 1)[0] != "strategy")
+        tag = f" [{extra}]" if extra and not suffix else ""
+        p = Point(run, (suffix or label_of(run)) + tag)
+        if p.baseline_id is not None and p.baseline_id not in seen:
+            bp = p.baseline_point()
+            bp.label += tag
+            out.append(bp)
+            seen.add(p.baseline_id)
+        if p.id not in seen:
+            out.append(p)
+            seen.add(p.id)
+    return out
+
+
+def run_points(points: list[Point], ex: Executor) -> list[dict]:
+    records, measured = [], 0
+    bar = tqdm(points, desc="sweep", unit="point", disable=not ex.console)
+    for i, p in enumerate(bar, 1):
+        rec, now = ex.run_point(p)
+        measured += now
+        if not now and ex.console:
+            tqdm.write(f"[{i}/{len(points)}] {p.label}: already recorded (point {p.id}), skipped")
+        elif ex.console:
+            tqdm.write(summary_line(rec, i, len(points)))
+        records.append(rec)
+    bar.close()
+    if ex.console:
+        print(f"{measured} point(s) measured, {len(points) - measured} resumed from records")
+    return records
+
+
+def sweep_main(cfg: DictConfig) -> list[dict]:
+    run = validate(cfg)
+    hc = HydraConfig.get()
+    choices = dict(hc.runtime.choices)
+    points = plan(list(hc.overrides.task), choices, run.sweep)
+    ex = make_executor(run, resume=run.sweep.resume, sweep=run.sweep.name)
+    ex.on_record = None  # run_points prints the summary line
+    records = run_points(points, ex)
+    print(format_table(records))
+    if run.out:
+        print(f"records: {run.out}")
+    if hc.mode is not None and hc.mode.name == "MULTIRUN":
+        Path(hc.runtime.output_dir, "points.json").write_text(json.dumps([r["point_id"] for r in records]))
+    if ex.mirror is not None and ex.mirror.enabled:
+        log_sweep_media(run, records, ex)
+        dirs = ex.mirror.run_dirs
+        print(f"wandb ({ex.mirror.mode}) runs: {len(dirs)} under {run.logger.wandb.dir}/wandb, summary {dirs[-1:]}")
+    return records
+
+
+def log_sweep_media(run: RunConfig, records: list[dict], ex: Executor) -> None:
+    """The sweep's table and speedup plot, as media of one summary wandb run."""
+    assert ex.mirror is not None
+    from analysis.report import table_rows, write_report
+
+    media_dir = Path(run.logger.wandb.dir, "media", run.sweep.name)
+    images = write_report(records, media_dir, formats=("png",))
+    ex.mirror.log_sweep(run.sweep.name, table_rows(records), {k: str(v) for k, v in images.items()})
+
+
+class MultirunTable(Callback):
+    """Hydra callback (conf/config.yaml): validates every `-m` job before any runs; prints one table after."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        entry(lambda: self._check(config))
+
+    def _check(self, config: DictConfig) -> None:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+        for batch in BasicSweeper.split_arguments(parsed, None):
+            for job in batch:
+                first = compose_run(list(job))
+                choices = _choices(list(job))
+                plan(list(job), choices, first.sweep)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        out = config.get("out")
+        if not out or not os.path.exists(out):
+            return
+        ids: list[str] = []
+        for f in sorted(Path(config.hydra.sweep.dir).glob("*/points.json"), key=lambda p: int(p.parent.name)
+                        if p.parent.name.isdigit() else 0):
+            ids += [i for i in json.loads(f.read_text()) if i not in ids]
+        index = RecordFile(out).index()
+        records = [index[i] for i in ids if i in index]
+        if records:
+            print(f"multirun: {len(records)} point(s)")
+            print(format_table(records))
+
+
+def _choices(overrides: list[str]) -> dict[str, Any]:
+    cfg = hydra.compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    return dict(OmegaConf.to_container(cfg.hydra.runtime.choices))  # type: ignore[arg-type]
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    entry(lambda: sweep_main(cfg))
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
