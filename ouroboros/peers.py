@@ -1,0 +1,201 @@
+"""Peer baselines: transformers' own `generate` run on the same prompts, in the same process, returning the same
+`RunResult` / `PromptResult` records as `ouroboros.harness.run_strategy` (same warm-up policy: one short
+decode on the first prompt before any clock reading).
+
+Peers (name -> what `generate` is called with; every peer decodes greedily, no repetition penalty):
+- `hf_greedy`:   plain greedy `generate`.
+- `hf_assisted`: `generate(assistant_model=draft)`; params `num_assistant_tokens` (HF default 20),
+  `num_assistant_tokens_schedule` ("constant"), `assistant_confidence_threshold` (0.4), set on a copy of the
+  draft's generation config for the call only.
+- `hf_pld`:      `generate(prompt_lookup_num_tokens=...)`; params `prompt_lookup_num_tokens` (10),
+  `max_matching_ngram_size` (HF default 2).
+
+Per-step records come from a forward pre-hook on the target (PyTorch's public hook API; the model is not
+changed): each target forward is one step; its start position is the target cache length, so the tokens
+committed by step i are start[i + 1] - start[i] (HF crops the cache to the accepted prefix). Accepted length
+is new tokens - 1 per step (the bonus/correction token). `n_match` is not observable from outside `generate`
+and is recorded as the accepted count (a lower bound). Time split (draft/verify) is not observable either:
+the whole step counts as verify_s. HF's first forward (whole prompt + the first drafts) is step 1 and its
+time is also reported as prefill_s.
+
+Knows nothing of our strategies or the decode loop.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from ouroboros.backends.base import OuroborosError, WallClock
+from ouroboros.metrics import PromptResult, RunResult, StepRecord
+
+
+@dataclass(frozen=True)
+class PeerSpec:
+    needs_draft: bool
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+PEERS: dict[str, PeerSpec] = {
+    "hf_greedy": PeerSpec(False),
+    "hf_assisted": PeerSpec(True, {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
+                                   "assistant_confidence_threshold": 0.4}),   # transformers' global defaults
+    "hf_pld": PeerSpec(False, {"prompt_lookup_num_tokens": 10, "max_matching_ngram_size": 2}),
+}
+
+
+def is_peer(name: str) -> bool:
+    return name in PEERS
+
+
+def check_peer(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    """Validated params (defaults filled in) or a one-line error."""
+    if name not in PEERS:
+        raise OuroborosError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
+    spec = PEERS[name]
+    params = dict(params or {})
+    unknown = sorted(set(params) - set(spec.defaults))
+    if unknown:
+        opts = ", ".join(spec.defaults) or "none"
+        raise OuroborosError(f"peer {name!r} has no option {unknown[0]!r}; options: {opts}")
+    return {**spec.defaults, **params}
+
+
+class _StepTap:
+    """Forward pre-hooks recording (cache start, tokens fed, draft forwards so far) per target forward."""
+
+    def __init__(self, target, draft, clock: WallClock):
+        self.clock = clock
+        self.starts: list[int] = []
+        self.fed: list[int] = []
+        self.draft_fw_at: list[int] = []
+        self.t_first_done: float | None = None
+        self.draft_forwards = 0
+        self.draft_tokens = 0
+        self.handles = [target.register_forward_pre_hook(self._pre, with_kwargs=True),
+                        target.register_forward_hook(self._post)]
+        if draft is not None:
+            self.handles.append(draft.register_forward_pre_hook(self._draft_pre, with_kwargs=True))
+
+    @staticmethod
+    def _ids(args, kwargs) -> torch.Tensor:
+        ids = kwargs.get("input_ids")
+        return ids if ids is not None else args[0]
+
+    @staticmethod
+    def _cache_len(kwargs) -> int:
+        for key in ("cache", "past_key_values"):
+            cache = kwargs.get(key)
+            if cache is not None and hasattr(cache, "get_seq_length"):
+                return int(cache.get_seq_length())
+        pos = kwargs.get("position_ids")
+        if pos is not None:
+            return int(pos[0, 0])
+        return 0
+
+    def _pre(self, module, args, kwargs):
+        self.starts.append(self._cache_len(kwargs))
+        self.fed.append(int(self._ids(args, kwargs).shape[-1]))
+        self.draft_fw_at.append(self.draft_forwards)
+
+    def _post(self, module, args, output):
+        if self.t_first_done is None:
+            self.t_first_done = self.clock.now()
+
+    def _draft_pre(self, module, args, kwargs):
+        self.draft_forwards += 1
+        self.draft_tokens += int(self._ids(args, kwargs).shape[-1])
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def steps(self, prompt_len: int, n_out: int, step_s: float) -> list[StepRecord]:
+        """One StepRecord per target forward (see the module docstring for what is and is not observed)."""
+        n = len(self.starts)
+        committed = [prompt_len] + [s + 1 for s in self.starts[1:]] + [prompt_len + n_out]  # before each step
+        draft_fw = self.draft_fw_at[1:] + [self.draft_forwards]
+        out = []
+        for i in range(n):
+            new = committed[i + 1] - committed[i]
+            cand = self.fed[i] - (prompt_len if i == 0 else 1)
+            acc = max(new - 1, 0)
+            dfw = draft_fw[i] - self.draft_fw_at[i]
+            out.append(StepRecord(n_nodes=cand, n_candidates=cand, max_depth=cand, accepted=acc, new_tokens=new,
+                                  n_match=acc, target_tokens=self.fed[i], draft_forwards=dfw, draft_tokens=0,
+                                  draft_s=0.0, verify_s=step_s / max(n, 1), other_s=0.0))
+        return out
+
+
+def _gen_kwargs(name: str, params: dict[str, Any], eos_ids: Sequence[int], pad_id: int) -> dict[str, Any]:
+    kw: dict[str, Any] = dict(do_sample=False, num_beams=1, repetition_penalty=1.0, no_repeat_ngram_size=0,
+                              temperature=None, top_p=None, top_k=None, min_new_tokens=None,
+                              eos_token_id=list(eos_ids), pad_token_id=pad_id, return_dict_in_generate=False)
+    if name == "hf_pld":
+        kw.update(params)
+    return kw
+
+
+@torch.inference_mode()
+def _generate_one(name: str, params: dict[str, Any], target, draft, prompt: Sequence[int], budget: int,
+                  eos_ids: Sequence[int], pid: str) -> PromptResult:
+    device = target.get_input_embeddings().weight.device
+    clock = WallClock(cuda=device.type == "cuda")
+    ids = torch.tensor([list(prompt)], dtype=torch.long, device=device)  # [1, L]
+    kw = _gen_kwargs(name, params, eos_ids, eos_ids[0] if eos_ids else 0)
+    if name == "hf_assisted":
+        kw["assistant_model"] = draft
+    tap = _StepTap(target, draft if name == "hf_assisted" else None, clock)
+    try:
+        t0 = clock.now()
+        out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget, **kw)
+        t1 = clock.now()
+    finally:
+        tap.close()
+    gen = out[0, ids.shape[1]:].tolist()
+    eos = set(eos_ids)
+    for i, t in enumerate(gen):  # generate pads after EOS in batches; batch 1 stops, but cut defensively
+        if t in eos:
+            gen = gen[: i + 1]
+            break
+    stop = "eos" if gen and gen[-1] in eos else "budget"
+    steps = tap.steps(len(prompt), len(gen), t1 - t0)
+    prefill = (tap.t_first_done - t0) if tap.t_first_done is not None else 0.0
+    return PromptResult(prompt_id=pid, prompt_len=len(prompt), output=gen, elapsed_s=t1 - t0, prefill_s=prefill,
+                        stop_reason=stop, steps=steps,
+                        proposer_stats={"draft_tokens_fed": tap.draft_tokens} if draft is not None else {})
+
+
+def run_peer(name: str, params: dict[str, Any] | None, target, draft, prompts: Sequence[Sequence[int]],
+             max_new_tokens: int | Sequence[int], eos_ids: Sequence[int] = (),
+             prompt_ids: Sequence[str] | None = None, warmup: bool = True, progress: bool = False,
+             label: str | None = None) -> RunResult:
+    """Run one peer over the prompts (stock models, not backends). Same record shape as `run_strategy`."""
+    full = check_peer(name, params)
+    if not eos_ids:
+        raise OuroborosError(f"peer {name!r} needs the model's EOS ids (generate would fall back to its own)")
+    if PEERS[name].needs_draft and draft is None:
+        raise OuroborosError(f"peer {name!r} needs a draft model (set model.draft)")
+    budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    ids = list(prompt_ids) if prompt_ids is not None else [str(i) for i in range(len(prompts))]
+    saved = None
+    if name == "hf_assisted":  # the assistant's settings live on its generation config: set for this run only
+        saved = draft.generation_config
+        draft.generation_config = copy.deepcopy(saved)
+        for k, v in full.items():
+            setattr(draft.generation_config, k, v)
+    try:
+        if warmup and prompts:
+            _generate_one(name, full, target, draft, prompts[0], min(8, budgets[0]), eos_ids, "warmup")
+        results = [_generate_one(name, full, target, draft, p, b, eos_ids, pid)
+                   for pid, p, b in tqdm(list(zip(ids, prompts, budgets, strict=True)), desc=label or name,
+                                         disable=not progress, leave=False)]
+    finally:
+        if saved is not None:
+            draft.generation_config = saved
+    return RunResult(strategy=label or name, prompts=results)

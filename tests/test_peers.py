@@ -1,0 +1,151 @@
+"""HF peer runners (same records as run_strategy) and the real-pair benchmark command, on tiny fp64 models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import get_draft, get_model
+
+from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.hf import HFBackend
+from ouroboros.bench import real
+from ouroboros.datasets import synthetic_prompts
+from ouroboros.harness import StrategyRun, run_strategy
+from ouroboros.peers import check_peer, run_peer
+
+EOS = (1,)
+FIX = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def setup():
+    target = get_model("llama", seed=3)
+    draft = get_draft("llama", seed=3, noise=0.05)
+    prompts = [p.ids for p in synthetic_prompts(3, 24, 64, seed=5)]
+    vanilla = run_strategy(StrategyRun("vanilla"), HFBackend(target), None, prompts, 24, EOS)
+    return target, draft, prompts, vanilla
+
+
+@pytest.mark.parametrize("name, params", [
+    ("hf_greedy", {}),
+    ("hf_assisted", {}),
+    ("hf_assisted", {"num_assistant_tokens": 3, "assistant_confidence_threshold": 0.0}),
+    ("hf_pld", {}),
+    ("hf_pld", {"prompt_lookup_num_tokens": 4, "max_matching_ngram_size": 3}),
+])
+def test_peers_match_our_vanilla_in_fp64(setup, name, params):
+    target, draft, prompts, vanilla = setup
+    res = run_peer(name, params, target, draft, prompts, 24, EOS, prompt_ids=["a", "b", "c"])
+    assert [p.prompt_id for p in res.prompts] == ["a", "b", "c"]
+    for ours, theirs in zip(vanilla.prompts, res.prompts, strict=True):
+        assert theirs.output == ours.output
+        assert theirs.stop_reason == ours.stop_reason
+        assert sum(s.new_tokens for s in theirs.steps) == len(theirs.output)   # steps account for every token
+        assert all(s.new_tokens >= 1 and s.accepted == s.new_tokens - 1 for s in theirs.steps)
+        assert theirs.elapsed_s > 0 and 0 < theirs.prefill_s <= theirs.elapsed_s
+    t = res.totals()
+    if name == "hf_greedy":
+        assert t["target_forwards"] == t["new_tokens"] and t["block_efficiency"] == 1.0
+        assert t["draft_forwards"] == 0
+    if name == "hf_assisted":
+        assert t["draft_forwards"] > 0
+
+
+def test_assisted_with_an_identical_draft_accepts_whole_drafts(setup):
+    target, _, prompts, vanilla = setup
+    same = get_draft("llama", seed=3, noise=0.0)
+    res = run_peer("hf_assisted", {"num_assistant_tokens": 4, "assistant_confidence_threshold": 0.0}, target, same,
+                   prompts, 24, EOS)
+    assert [p.output for p in res.prompts] == [p.output for p in vanilla.prompts]
+    full = [s for p in res.prompts for s in p.steps[1:-1]]   # not the prefill step nor the budget-cut last step
+    assert full and all(s.accepted == 4 for s in full)
+
+
+def test_assistant_settings_are_restored(setup):
+    target, draft, prompts, _ = setup
+    before = draft.generation_config.to_dict()
+    run_peer("hf_assisted", {"num_assistant_tokens": 2}, target, draft, prompts[:1], 4, EOS, warmup=False)
+    assert draft.generation_config.to_dict() == before
+
+
+@pytest.mark.parametrize("name, params, msg", [
+    ("hf_beam", {}, "unknown peer 'hf_beam'"),
+    ("hf_pld", {"gamma": 3}, "peer 'hf_pld' has no option 'gamma'"),
+    ("hf_greedy", {"x": 1}, "options: none"),
+])
+def test_bad_peer_specs(name, params, msg):
+    with pytest.raises(OuroborosError, match=msg):
+        check_peer(name, params)
+
+
+def test_peer_needs_draft_and_eos(setup):
+    target, _, prompts, _ = setup
+    with pytest.raises(OuroborosError, match="needs a draft model"):
+        run_peer("hf_assisted", {}, target, None, prompts, 4, EOS)
+    with pytest.raises(OuroborosError, match="needs the model's EOS ids"):
+        run_peer("hf_greedy", {}, target, None, prompts, 4, ())
+
+
+def test_parse_runs_golden():
+    runs = real.parse_runs("vanilla,ouroboros:gamma=12,K=3,pld, hf_pld:prompt_lookup_num_tokens=5")
+    assert [(r.name, r.params, r.label) for r in runs] == [
+        ("vanilla", {}, "vanilla"),
+        ("ouroboros", {"gamma": 12, "K": 3}, "ouroboros:gamma=12,K=3"),
+        ("pld", {}, "pld"),
+        ("hf_pld", {"prompt_lookup_num_tokens": 5}, "hf_pld:prompt_lookup_num_tokens=5"),
+    ]
+    assert real.parse_runs("pld:prefer=last,max_ngram=2")[0].params == {"prefer": "last", "max_ngram": 2}
+    with pytest.raises(OuroborosError, match="starts with a parameter"):
+        real.parse_runs("gamma=3,speculative")
+    with pytest.raises(OuroborosError, match="expected name:key=value"):
+        real.parse_runs("speculative:5")
+
+
+def test_parse_kind():
+    assert real.parse_kind(["qwen-coder"], "model") == {"kind": "qwen-coder"}
+    assert real.parse_kind(["kind=hf", "target=/m", "draft=null"], "model") == {"kind": "hf", "target": "/m",
+                                                                                "draft": None}
+    with pytest.raises(OuroborosError, match="needs a kind"):
+        real.parse_kind(["target=/m"], "model")
+
+
+def test_bench_real_end_to_end_on_a_tiny_pair(tmp_path, capsys):
+    from test_models import save_tiny
+
+    t, d = save_tiny(tmp_path / "t"), save_tiny(tmp_path / "d", seed=1)
+    out = tmp_path / "rec.jsonl"
+    rc = real.main(["--strategies", "speculative:gamma=3,pld", "--peers", "hf_greedy,hf_pld",
+                    "--model", "kind=hf", f"target={t}", f"draft={d}", "eos_ids=[1]",
+                    "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
+                    "--max-new-tokens", "6", "--dtype", "float64", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    rows = [ln.split()[0] for ln in text.splitlines() if ln.split() and ln.split()[0] in
+            ("vanilla", "speculative:gamma=3", "pld", "hf_greedy", "hf_pld")]
+    assert rows == ["vanilla", "speculative:gamma=3", "pld", "hf_greedy", "hf_pld"]
+    assert "4/4" in text                                     # fp64: every run token-identical to vanilla
+    assert "ours/HF  vanilla / hf_greedy" in text and "ours/HF  pld / hf_pld" in text
+    assert len(out.read_text().splitlines()) == 5
+
+
+def test_bench_real_bad_run_is_one_line_error(capsys):
+    assert real.main(["--strategies", "nope", "--model", "qwen-coder"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: unknown strategy 'nope'") and "\n" not in err
+
+
+def test_divergence_reports_position_and_margin(setup):
+    target, _, prompts, vanilla = setup
+    other = run_strategy(StrategyRun("vanilla"), HFBackend(target), None, prompts, 24, EOS)
+    other.prompts[1].output = other.prompts[1].output[:5] + [(other.prompts[1].output[5] + 1) % 64]
+    from ouroboros.datasets import Prompt
+
+    ps = [Prompt(str(i), p) for i, p in enumerate(prompts)]
+    divs = real.divergences(vanilla, other, ps, target)
+    assert [(d.prompt_id, d.position) for d in divs] == [("1", 5)]
+    with torch.no_grad():
+        logits = target(input_ids=torch.tensor([prompts[1] + vanilla.prompts[1].output[:5]])).logits[0, -1]
+    top = torch.topk(logits, 2).values
+    assert divs[0].margin == pytest.approx(float(top[0] - top[1]))
