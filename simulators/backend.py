@@ -51,6 +51,7 @@ class SimBackend:
         self.tokens: list[int] = []
         self.cache_len = 0
         self.counters = Counters()
+        self.busy_s = 0.0                        # modelled seconds charged by this backend (prefill included)
         self._states: list[Any] = [lm.start()]   # _states[i] = state of tokens[:i]
         self._node_states: list[Any] = []
         self._scored_pending = 0
@@ -73,7 +74,9 @@ class SimBackend:
         self.cache_len = 0
         self._scored_nodes = -1
         if len(prompt) > 1:
-            self.clock.charge(self.cost.forward_s(len(prompt) - 1, 0))
+            dt = self.cost.forward_s(len(prompt) - 1, 0)
+            self.clock.charge(dt)
+            self.busy_s += dt
             self.cache_len = len(prompt) - 1
             self.counters.prefill_tokens += len(prompt) - 1
 
@@ -100,7 +103,9 @@ class SimBackend:
                 states.append(st)
                 preds.append(predict(st))
         n = len(toks)
-        self.clock.t += self.cost.forward_s(n_p + n, self.cache_len)
+        dt = self.cost.forward_s(n_p + n, self.cache_len)
+        self.clock.t += dt
+        self.busy_s += dt
         c = self.counters
         c.forwards += 1
         c.tokens += n_p + n
@@ -158,6 +163,7 @@ class ProxyBackend:
         self.inner, self.cost, self.clock, self.name = inner, cost, clock, name
         self.vocab_size = inner.vocab_size
         self.max_context = inner.max_context
+        self.busy_s = 0.0
 
     @property
     def tokens(self) -> list[int]:
@@ -174,12 +180,16 @@ class ProxyBackend:
     def prefill(self, prompt: list[int]) -> None:
         self.inner.prefill(prompt)
         if len(prompt) > 1:
-            self.clock.charge(self.cost.forward_s(len(prompt) - 1, 0))
+            dt = self.cost.forward_s(len(prompt) - 1, 0)
+            self.clock.charge(dt)
+            self.busy_s += dt
 
     def score(self, draft: Draft, want_logits: bool = False) -> Scores:
         k, ctx = len(self.inner.tokens) - self.inner.cache_len + len(draft), self.inner.cache_len
         out = self.inner.score(draft, want_logits)
-        self.clock.charge(self.cost.forward_s(k, ctx))
+        dt = self.cost.forward_s(k, ctx)
+        self.clock.charge(dt)
+        self.busy_s += dt
         return out
 
     def commit(self, path: list[int], new_tokens: list[int]) -> None:

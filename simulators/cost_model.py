@@ -137,3 +137,57 @@ def check_fits(target: ModelProfile, draft: ModelProfile | None, hw: Hardware, d
             f"at {ctx} tokens) but {hw.name} has {hw.usable_bytes / 1e9:.0f} GB usable ({hw.devices} x "
             f"({hw.mem_gb:g} - {hw.runtime_gb:g}) GB): use more devices (sim.devices) or a smaller dtype")
     return need
+
+
+@dataclass(frozen=True)
+class FitPoint:
+    k: int
+    ctx: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class FitReport:
+    mean_abs_rel_err: float
+    max_abs_rel_err: float
+    rel_errs: tuple[float, ...]      # per point: fitted / measured - 1
+
+
+_FIT_FIELDS = ("fixed_s", "token_s", "weight_s", "flop_s_per_token", "kv_s_per_ctx", "attn_s_per_q_ctx")
+
+
+def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name: str = "fitted"
+        ) -> tuple[CostModel, FitReport]:
+    """Least squares (relative residuals, non-negative parameters) of the cost formula over measured points;
+    the tile is chosen from `tiles` by the best fit."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    if len(points) < len(_FIT_FIELDS):
+        raise OuroborosError(f"fitting the cost model needs >= {len(_FIT_FIELDS)} points, got {len(points)}")
+    if any(p.seconds <= 0 or p.k < 1 or p.ctx < 0 for p in points):
+        raise OuroborosError("fit points need k >= 1, ctx >= 0 and seconds > 0")
+    k = np.array([p.k for p in points], dtype=float)
+    ctx = np.array([p.ctx for p in points], dtype=float)
+    t = np.array([p.seconds for p in points])
+    scale = float(t.min())
+    best: tuple[float, CostModel] | None = None
+    for tile in tiles:
+        kt = np.ceil(k / tile) * tile
+
+        def model(x, kt=kt):
+            fixed, token, weight, flop, kv, attn = x
+            return fixed + token * k + np.maximum(weight, flop * kt) + ctx * (kv + attn * k)
+
+        x0 = np.array([0.3 * scale, 0.1 * scale / max(k.max(), 1), 0.5 * scale, scale / max(kt.max(), 1),
+                       0.01 * scale / max(ctx.max(), 1), 0.001 * scale / max((k * ctx).max(), 1)])
+        res = least_squares(lambda x, model=model: model(x) / t - 1, x0, bounds=(0, np.inf), x_scale=x0 + 1e-12,
+                            max_nfev=4000)
+        cm = CostModel(**dict(zip(_FIT_FIELDS, (float(v) for v in res.x), strict=True)), tile=tile, name=name)
+        err = float(np.abs(model(res.x) / t - 1).mean())
+        if best is None or err < best[0]:
+            best = (err, cm)
+    assert best is not None
+    cm = best[1]
+    rel = tuple(cm.forward_s(p.k, p.ctx) / p.seconds - 1 for p in points)
+    return cm, FitReport(sum(map(abs, rel)) / len(rel), max(map(abs, rel)), rel)

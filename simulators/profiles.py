@@ -96,7 +96,7 @@ class PairProfile:
     @classmethod
     def from_model_cfg(cls, model: dict[str, Any]) -> PairProfile:
         prof = model.get("profile")
-        name = str(model.get("name", "pair"))
+        name = str(model.get("name") or model.get("kind") or "pair")
         if not prof:
             raise OuroborosError(f"model {name!r} has no profile: section (conf/model/<pair>.yaml needs "
                                  "profile.target and profile.draft for the simulator)")

@@ -102,3 +102,18 @@ def test_bad_input_one_line(call, words):
     with pytest.raises(OuroborosError) as e:
         call()
     assert words in one_line(e)
+
+
+def test_fit_recovers_a_known_model():
+    from simulators.cost_model import FitPoint, fit
+
+    true = CostModel(fixed_s=0.01, token_s=2e-4, weight_s=0.03, flop_s_per_token=1e-3, tile=8, kv_s_per_ctx=2e-6,
+                     attn_s_per_q_ctx=1e-8)
+    pts = [FitPoint(k, c, true.forward_s(k, c)) for k in (1, 3, 5, 12, 20, 40, 72, 130) for c in (16, 256, 1024)]
+    cm, rep = fit(pts)
+    assert rep.max_abs_rel_err < 0.01
+    assert cm.tile == 8
+    for k, c in ((3, 100), (100, 700), (200, 2000)):  # also between and beyond the grid
+        assert cm.forward_s(k, c) == pytest.approx(true.forward_s(k, c), rel=0.03)
+    with pytest.raises(OuroborosError, match="seconds > 0"):
+        fit([FitPoint(1, 0, -1.0)] * 8)

@@ -1,0 +1,176 @@
+"""`python -m simulators.calibrate --model qwen_coder`: time a real `hf` backend on this machine over a grid of
+k (new tokens per forward) and ctx (cached tokens), fit the cost model (`cost_model.fit`) for the target and
+the draft, print the fit error per point, and write a hardware profile (default conf/hardware/cpu_local.yaml)
+whose `costs:` section holds the fitted models by model name (make_pair picks them up).
+
+Forwards are timed through the backend's own score() (chain drafts: the loop's common case; `--tree` times
+tree-masked forwards instead), fastest of `--repeats` runs after a warm-up (other load only adds time), with `torch.set_num_threads`.
+Knows nothing of strategies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+import yaml
+
+from ouroboros.backends.base import OuroborosError
+from ouroboros.draft import Draft
+from simulators.cost_model import CostModel, FitPoint, FitReport, fit
+from simulators.profiles import conf_root, load_conf
+
+
+def time_forward(backend, k: int, ctx: int, repeats: int, tree: bool, rng: random.Random) -> float:
+    """Fastest of `repeats` timings of one forward feeding k tokens (1 pending + k - 1 draft nodes) over ctx cached tokens."""
+    v = backend.vocab_size
+    backend.prefill([rng.randrange(v) for _ in range(ctx + 1)])  # ctx cached + 1 pending
+    times = []
+    for _ in range(repeats + 1):
+        toks = [rng.randrange(v) for _ in range(k - 1)]
+        if tree and k > 2:  # two branches of about equal depth
+            d = Draft()
+            half = (k - 1) // 2
+            d.add_path(toks[:half], -1, merge=False)
+            d.add_path(toks[half:], -1, merge=False)
+        else:
+            d = Draft.chain(toks)
+        t0 = backend.clock.now()  # wall clock (synchronises CUDA when the model is on a GPU)
+        out = backend.score(d)
+        times.append(backend.clock.now() - t0)
+        backend.commit([], [out.preds[0]])
+        backend.rollback(1)
+    return min(times[1:])  # the first run is a warm-up; min: other processes only ever add time
+
+
+def measure(backend, ks: list[int], ctxs: list[int], repeats: int, tree: bool, seed: int = 0,
+            log=print) -> list[FitPoint]:
+    rng = random.Random(seed)
+    pts = []
+    for ctx in ctxs:
+        for k in ks:
+            if ctx + k + 1 >= backend.max_context:
+                continue
+            s = time_forward(backend, k, ctx, repeats, tree, rng)
+            pts.append(FitPoint(k, ctx, s))
+            log(f"  k={k:<4} ctx={ctx:<5} {s * 1e3:9.2f} ms")
+    return pts
+
+
+def report(name: str, pts: list[FitPoint], cm: CostModel, rep: FitReport) -> str:
+    lines = [f"{name}: fitted {cm}",
+             f"{name}: fit error mean {rep.mean_abs_rel_err:.1%}, max {rep.max_abs_rel_err:.1%} over {len(pts)} points"]
+    for p, e in zip(pts, rep.rel_errs, strict=True):
+        lines.append(f"  k={p.k:<4} ctx={p.ctx:<5} measured {p.seconds * 1e3:9.2f} ms  fitted "
+                     f"{cm.forward_s(p.k, p.ctx) * 1e3:9.2f} ms  ({e:+.1%})")
+    return "\n".join(lines)
+
+
+def machine_figures() -> dict[str, float]:
+    """Rough peak figures of this CPU (copy bandwidth, fp32 matmul rate) for the profile's spec fields."""
+    import torch
+
+    a = torch.ones(64 * 1024 * 1024 // 4)  # 64 MB
+    b = torch.empty_like(a)
+    b.copy_(a)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        b.copy_(a)
+    bw = 5 * 2 * a.numel() * 4 / (time.perf_counter() - t0)
+    m = torch.randn(1024, 1024)
+    m @ m
+    t0 = time.perf_counter()
+    for _ in range(5):
+        m @ m
+    fl = 5 * 2 * 1024**3 / (time.perf_counter() - t0)
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {"mem_gb": round(mem / 1e9, 1), "mem_bw_gb_s": round(bw / 1e9, 1), "tflops": round(fl / 1e12, 4)}
+
+
+def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: int, note: str) -> None:
+    doc: dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f) or {}
+    figs = machine_figures()
+    doc.update({"name": name, "devices": 1, "placement": "single", "runtime_gb": 1.0, "tile": 1, **figs,
+                "source": f"measured on this machine ({platform.processor() or platform.machine()}, {threads} threads) "
+                          f"by python -m simulators.calibrate; {note}"})
+    fitted = dict(doc.get("costs") or {})
+    for model_name, cm in costs.items():
+        d = cm.to_dict()
+        d.pop("name")
+        fitted[model_name] = {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in d.items()}
+    doc["costs"] = fitted
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("# Written by `python -m simulators.calibrate`: the local CPU, with cost models fitted to measured\n"
+                "# forwards (costs: by model name). Spec fields are rough measurements (copy bandwidth, fp32 matmul).\n")
+        yaml.safe_dump(doc, f, sort_keys=False)
+
+
+def load_backends(model: dict[str, Any], dtype: str):
+    from ouroboros.backends.hf import HFBackend
+    from ouroboros.models import load_pair
+
+    pair = load_pair(model, dtype=dtype)
+    out = {"target": HFBackend(pair.target, name="target")}
+    if pair.draft is not None:
+        out["draft"] = HFBackend(pair.draft, name="draft")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m simulators.calibrate", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen_coder", help="conf/model/<name>.yaml (needs a profile: section "
+                                                          "naming the models, unless --names is given)")
+    ap.add_argument("--names", default=None, help="target[,draft] names to store the fits under")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ks", default="1,2,4,8,12,16,24,32,48,64,96,128")
+    ap.add_argument("--ctxs", default="32,256,768")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tree", action="store_true", help="time tree-masked forwards instead of chains")
+    ap.add_argument("--out", default=str(conf_root() / "hardware" / "cpu_local.yaml"))
+    ap.add_argument("--hardware-name", default="cpu_local")
+    a = ap.parse_args(argv)
+    try:
+        import torch
+
+        torch.set_num_threads(a.threads)
+        model = load_conf("model", a.model)
+        if a.names:
+            names = a.names.split(",")
+        else:
+            prof = model.get("profile") or {}
+            if not prof:
+                raise OuroborosError(f"model {a.model!r} has no profile: section; pass --names target[,draft]")
+            names = [prof["target"]["name"], prof["draft"]["name"]]
+        ks = [int(x) for x in a.ks.split(",")]
+        ctxs = [int(x) for x in a.ctxs.split(",")]
+        if min(ks) < 1 or min(ctxs) < 0 or a.repeats < 1:
+            raise OuroborosError("calibration needs k >= 1, ctx >= 0 and repeats >= 1")
+        backends = load_backends(model, a.dtype)
+        costs = {}
+        for (side, be), nm in zip(backends.items(), names, strict=False):
+            print(f"timing {side} ({nm}), {a.dtype}, {a.threads} threads")
+            pts = measure(be, ks, ctxs, a.repeats, a.tree)
+            cm, rep = fit(pts, name=nm)
+            print(report(nm, pts, cm, rep))
+            costs[nm] = cm
+        write_profile(a.out, a.hardware_name, costs, a.threads,
+                      f"{a.dtype}, {'tree' if a.tree else 'chain'} forwards, ks {a.ks}, ctxs {a.ctxs}")
+        print(f"profile written to {a.out}")
+    except OuroborosError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
