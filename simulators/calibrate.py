@@ -4,7 +4,8 @@ the draft, print the fit error per point, and write a hardware profile (default 
 whose `costs:` section holds the fitted models by model name (make_pair picks them up).
 
 Forwards are timed through the backend's own score() (chain drafts: the loop's common case; `--tree` times
-tree-masked forwards instead), fastest of `--repeats` runs after a warm-up (other load only adds time), with `torch.set_num_threads`.
+tree-masked forwards instead), fastest of `--repeats` runs after a warm-up (other load only adds time), with
+`torch.set_num_threads`.
 Knows nothing of strategies.
 """
 
@@ -14,7 +15,6 @@ import argparse
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 from typing import Any
@@ -28,7 +28,7 @@ from simulators.profiles import conf_root, load_conf
 
 
 def time_forward(backend, k: int, ctx: int, repeats: int, tree: bool, rng: random.Random) -> float:
-    """Fastest of `repeats` timings of one forward feeding k tokens (1 pending + k - 1 draft nodes) over ctx cached tokens."""
+    """Fastest of `repeats` timings of one forward of k tokens (1 pending + k - 1 draft nodes) over ctx cached."""
     v = backend.vocab_size
     backend.prefill([rng.randrange(v) for _ in range(ctx + 1)])  # ctx cached + 1 pending
     times = []
@@ -110,7 +110,7 @@ def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: in
     doc["costs"] = fitted
     with open(path, "w", encoding="utf-8") as f:
         f.write("# Written by `python -m simulators.calibrate`: the local CPU, with cost models fitted to measured\n"
-                "# forwards (costs: by model name). Spec fields are rough measurements (copy bandwidth, fp32 matmul).\n")
+                "# forwards (costs: by model name). Spec fields: rough measurements (copy bandwidth, fp32 matmul).\n")
         yaml.safe_dump(doc, f, sort_keys=False)
 
 
