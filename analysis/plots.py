@@ -23,8 +23,9 @@ from ouroboros.metrics import pool_rates  # noqa: E402
 
 # swept parameter -> axis label (paper names); "max_new_tokens" is a run-level key, the rest strategy params
 CURVE_PARAMS = {"gamma": "draft length γ", "K": "candidate suffixes K", "W": "lookahead window W",
-                "N": "n-gram level N (β)", "G": "guess set size G", "max_new_tokens": "generation length l (tokens)"}
-MAX_SERIES = 10
+                "N": "n-gram level N (β)", "max_new_tokens": "generation length l (tokens)"}
+MAX_SERIES = 12
+MAX_POOL_FIGURES = 8
 
 
 def _x(rec: dict, param: str) -> Any:
@@ -33,39 +34,54 @@ def _x(rec: dict, param: str) -> Any:
     return rec.get("params", {}).get(param)
 
 
-def _context(rec: dict, param: str) -> dict[str, Any]:
-    """Everything a series shares (all but `param`)."""
+def _describe(d: dict[str, Any]) -> str:
+    name = str(d.get("name") or d.get("kind") or "?")
+    rest = ",".join(f"{k}={v}" for k, v in sorted(d.items()) if k not in ("name", "kind", "profile") and v is not None)
+    return f"{name}({rest})" if rest else name
+
+
+def _context(rec: dict, param: str, tied: set[str]) -> dict[str, Any]:
+    """Everything a series shares (all but `param` and the params `tied` to it, e.g. G = W)."""
     c = rec["config"]
-    ctx = {"strategy": rec["strategy"], "model": c["model"].get("name") or c["model"].get("kind"),
-           "dataset": c["dataset"].get("name") or c["dataset"].get("kind"), "backend": rec.get("backend"),
+    ctx = {"strategy": rec["strategy"], "model": _describe(c["model"]), "dataset": _describe(c["dataset"]),
+           "backend": rec.get("backend"),
            "hardware": (c.get("hardware") or {}).get("name") if rec.get("backend") == "sim" else None}
     if param != "max_new_tokens":
         ctx["max_new_tokens"] = c["max_new_tokens"]
-    ctx.update({f"{k}": v for k, v in rec.get("params", {}).items() if k != param})
+    ctx.update({k: v for k, v in rec.get("params", {}).items() if k != param and k not in tied})
     return ctx
 
 
+def _varying(ctxs: Sequence[dict[str, Any]]) -> set[str]:
+    keys = set().union(*(c.keys() for c in ctxs)) if ctxs else set()
+    return {k for k in keys if len({json.dumps(c.get(k), default=str) for c in ctxs}) > 1}
+
+
 def curve_series(records: Sequence[dict], param: str) -> dict[str, list[tuple[Any, float]]]:
-    """{series label: [(x, speedup), ...] sorted by x} for series with >= 2 distinct x values."""
+    """{series label: [(x, speedup), ...] sorted by x} for series with >= 2 distinct x values. A series' label is
+    its strategy plus what tells it apart from the other series of that strategy (and of the other contexts)."""
     pts = [r for r in records if _x(r, param) is not None and r.get("speedup") is not None
            and r["strategy"] != (r["config"].get("baseline") or "")]
+    names = {k for r in pts for k in r.get("params", {})}
+    tied = {k for k in names if k != param and all(r["params"].get(k) == _x(r, param) for r in pts)}
     groups: dict[str, list[dict]] = {}
-    ctxs = {}
+    ctxs: dict[str, dict[str, Any]] = {}
     for r in pts:
-        ctx = _context(r, param)
+        ctx = _context(r, param, tied)
         key = json.dumps(ctx, sort_keys=True, default=str)
         groups.setdefault(key, []).append(r)
         ctxs[key] = ctx
-    varying = {k for k in set().union(*(c.keys() for c in ctxs.values()))
-               if len({json.dumps(c.get(k), default=str) for c in ctxs.values()}) > 1} if ctxs else set()
+    kept = {k: sorted({(_x(r, param), r["speedup"]) for r in rs}, key=lambda t: t[0]) for k, rs in groups.items()}
+    kept = {k: xs for k, xs in kept.items() if len({x for x, _ in xs}) >= 2}
+    drawn = [ctxs[k] for k in kept]
+    shared = _varying([{k: v for k, v in c.items() if k in ("model", "dataset", "backend", "hardware",
+                                                            "max_new_tokens")} for c in drawn])
     out = {}
-    for key, rs in groups.items():
-        xs = sorted({(_x(r, param), r["speedup"]) for r in rs}, key=lambda t: t[0])
-        if len({x for x, _ in xs}) < 2:
-            continue
+    for key, xs in kept.items():
         ctx = ctxs[key]
-        label = " ".join([str(ctx["strategy"])] + [f"{k}={ctx[k]}" for k in sorted(varying - {"strategy"})])
-        out[label] = xs
+        own = _varying([c for c in drawn if c["strategy"] == ctx["strategy"]]) | shared
+        out[" ".join([str(ctx["strategy"])] + [f"{k}={ctx[k]}" for k in sorted(own - {"strategy"})
+                                                if ctx.get(k) is not None])] = xs
     return out
 
 
@@ -82,7 +98,7 @@ def speedup_curve(records: Sequence[dict], param: str) -> Figure | None:
     clocks = {r.get("backend") for r in records if _x(r, param) is not None}
     ax.set_title(f"Speedup vs {CURVE_PARAMS[param]} ({'modelled' if clocks == {'sim'} else 'wall'} time)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     if len(series) > MAX_SERIES:
         ax.text(0.01, 0.01, f"{len(series) - MAX_SERIES} more series not drawn", transform=ax.transAxes, fontsize=7)
     return fig
@@ -151,8 +167,10 @@ def all_figures(records: Sequence[dict]) -> dict[str, Figure]:
             if fig is not None:
                 figs[f"bars_{slug(name)}"] = fig
     for r in records:
+        if sum(k.startswith("pool_") for k in figs) >= MAX_POOL_FIGURES:
+            break
         fig = pool_over_run(r)
-        if fig is not None and sum(k.startswith("pool_") for k in figs) < 8:
+        if fig is not None:
             figs[f"pool_{slug(r['label'])}_{r['point_id'][:6]}"] = fig
     return figs
 

@@ -9,7 +9,8 @@ Components (Hydra groups under conf/):
 - dataset   a prompt-set spec (free-form per `kind`, like model).
 - backend   `BackendConfig`: hf (real models, wall clock) or sim (simulator, modelled clock); auto picks sim
             for simulated model profiles and hf otherwise.
-- hardware  the profile the simulator charges time for (free-form, owned by simulators/); null for hf.
+- hardware  the profile the simulator charges time for (free-form, owned by simulators/); unused by hf.
+- sim       simulator options (token source, surrogate knobs, placement; owned by simulators/).
 - logger    `LoggerConfig`: console progress, per-step records, the wandb mirror.
 - sweep     `SweepConfig`: a grid (override key -> values) and/or explicit points (the ablation).
 
@@ -49,7 +50,6 @@ class BackendConfig:
     dtype: str = "float32"      # hf: weights / activations dtype
     device: str = "cpu"         # hf: cpu | cuda | cuda:N | auto (accelerate device_map across GPUs)
     threads: int = 0            # hf: torch intra-op threads; 0 = torch's default
-    sim: dict[str, Any] = field(default_factory=dict)  # sim: options for simulators.make_pair
 
 
 @dataclass
@@ -91,6 +91,7 @@ class RunConfig:
     dataset: dict[str, Any] = field(default_factory=dict)
     backend: BackendConfig = field(default_factory=BackendConfig)
     hardware: dict[str, Any] | None = None
+    sim: dict[str, Any] = field(default_factory=dict)  # simulator options (conf/sim/; simulators.pair.SIM_DEFAULTS)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     max_new_tokens: int = 64
@@ -182,6 +183,7 @@ def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
     backend["kind"] = run.backend_kind
     return {"model": run.model, "dataset": run.dataset, "backend": backend,
             "hardware": run.hardware if backend["kind"] == "sim" else None,
+            "sim": run.sim if backend["kind"] == "sim" else None,
             "max_new_tokens": run.max_new_tokens, "seed": run.seed, "warmup": run.warmup,
             "strategy": {"name": name, "params": params}}
 

@@ -51,8 +51,9 @@ class Session:
 
 
 def _pair_key(run: RunConfig) -> str:
-    return json.dumps([run.model, dataclasses.asdict(run.backend), run.backend_kind,
-                       run.hardware if run.backend_kind == "sim" else None, run.seed], sort_keys=True, default=str)
+    sim = [run.hardware, run.sim] if run.backend_kind == "sim" else None
+    return json.dumps([run.model, dataclasses.asdict(run.backend), run.backend_kind, sim, run.seed], sort_keys=True,
+                      default=str)
 
 
 def load_backends(run: RunConfig) -> tuple[Backend, Backend | None, Any, tuple[int, ...], Any]:
@@ -60,7 +61,7 @@ def load_backends(run: RunConfig) -> tuple[Backend, Backend | None, Any, tuple[i
     if run.backend_kind == "sim":
         from simulators import make_pair
 
-        pair = make_pair(run.model, run.hardware or {}, run.backend.sim, seed=run.seed)
+        pair = make_pair(run.model, run.hardware or {}, run.sim, seed=run.seed)
         return pair.target, pair.draft, pair.tokenizer, tuple(pair.eos_ids), pair
     import torch
 

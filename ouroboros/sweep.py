@@ -107,6 +107,8 @@ def run_points(points: list[Point], ex: Executor) -> list[dict]:
     bar = tqdm(points, desc="sweep", unit="point", disable=not ex.console)
     for i, p in enumerate(bar, 1):
         rec, now = ex.run_point(p)
+        if not now:
+            rec = {**rec, "label": p.label, "sweep": ex.sweep}  # the same measurement, named as in this sweep
         measured += now
         if not now and ex.console:
             tqdm.write(f"[{i}/{len(points)}] {p.label}: already recorded (point {p.id}), skipped")
