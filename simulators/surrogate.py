@@ -45,11 +45,9 @@ CODE_MODULES = ("argparse", "bisect", "calendar", "configparser", "contextlib", 
 
 
 def uniform(h: int) -> float:
-    """A well-mixed float in [0, 1) from any int (splitmix64 finaliser)."""
-    z = (h * 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return ((z ^ (z >> 31)) >> 11) * (1.0 / (1 << 53))
+    """A float in [0, 1) from a hash (Python's tuple hash is already xxHash-mixed; one Fibonacci multiply
+    spreads it to the top bits)."""
+    return (((h * 0x9E3779B97F4A7C15) & _MASK64) >> 11) * (1.0 / (1 << 53))
 
 
 class TokenModel(Protocol):
@@ -209,8 +207,18 @@ class NoisyDraftLM:
         self.alpha_easy, self.alpha_hard, self.hard_frac = alpha_easy, alpha_hard, hard_frac
         self.burst_len, self.content_len, self.p_shift, self.seed = burst_len, content_len, p_shift, seed
         self.start, self.step = target.start, target.step
+        self._memo: dict[tuple, int] = {}
 
     def predict(self, state: tuple[int, tuple[int, ...]]) -> int:
+        q = self._memo.get(state)
+        if q is None:
+            q = self._predict(state)
+            if len(self._memo) > 1_000_000:
+                self._memo.clear()
+            self._memo[state] = q
+        return q
+
+    def _predict(self, state: tuple[int, tuple[int, ...]]) -> int:
         t = self.target
         p = t.predict(state)
         tail = state[1]

@@ -1,0 +1,33 @@
+"""Calibration end to end on the tiny random pair: times real hf forwards, fits, writes a profile that make_pair
+then uses (the fitted cost replaces the spec-sheet one)."""
+
+import yaml
+
+from simulators import make_pair
+from simulators.calibrate import main
+
+TINY_PROFILE = {"target": {"name": "tiny-t", "layers": 4, "hidden": 256, "intermediate": 512, "heads": 4,
+                           "kv_heads": 2, "vocab": 512, "max_context": 512},
+                "draft": {"name": "tiny-d", "layers": 2, "hidden": 256, "intermediate": 512, "heads": 4,
+                          "kv_heads": 2, "vocab": 512, "max_context": 512}}
+
+
+def test_calibrate_tiny_writes_a_usable_profile(tmp_path, capsys):
+    out = tmp_path / "cpu.yaml"
+    rc = main(["--model", "tiny", "--names", "tiny-t,tiny-d", "--dtype", "float32", "--ks", "1,4,16",
+               "--ctxs", "8,32", "--repeats", "1", "--threads", "1", "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "tiny-t: fit error mean" in text and "tiny-d: fit error mean" in text
+    hw = yaml.safe_load(out.read_text())
+    assert set(hw["costs"]) == {"tiny-t", "tiny-d"}
+    pair = make_pair({"name": "tiny", "profile": TINY_PROFILE}, hw, {"dtype": "fp32", "ctx": 512})
+    assert pair.costs["target"].name.endswith("/fitted")
+    assert pair.costs["target"].forward_s(1, 8) > 0
+
+
+def test_calibrate_bad_input(capsys):
+    assert main(["--model", "nope"]) == 2
+    assert "unknown model profile 'nope'" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--names", "a,b", "--ks", "0,1"]) == 2
+
