@@ -11,4 +11,43 @@ PARAMS = {
         "num_pred_tokens": st.integers(1, 8),
         "prefer": st.sampled_from(["first", "last"]),
     }),
+    "lookahead": st.fixed_dictionaries({
+        "W": st.integers(1, 5),
+        "N": st.integers(2, 5),
+        "G": st.integers(0, 5),
+        "prompt_phrases": st.booleans(),
+        "max_pool_phrases": st.sampled_from([0, 3, 50]),
+        "seed": st.integers(0, 3),
+    }),
+    "ouroboros": st.fixed_dictionaries({
+        "gamma": st.integers(1, 6),
+        "W": st.integers(1, 4),
+        "N": st.integers(2, 5),
+        "G": st.integers(0, 4),
+        "K": st.integers(0, 3),
+        "phrase_drafting": st.booleans(),
+        "lengthening": st.booleans(),
+        "harvest": st.booleans(),
+        "history": st.booleans(),
+        "prompt_phrases": st.booleans(),
+        "max_pool_phrases": st.sampled_from([0, 4, 50]),
+    }),
+    "rest": st.fixed_dictionaries({
+        # corpus: repeated units (so the longest suffix often matches several times) or noise
+        "corpus": st.one_of(
+            st.lists(st.integers(0, 63), min_size=1, max_size=60),
+            st.builds(lambda u, r: (u * r)[:80], st.lists(st.integers(0, 63), min_size=1, max_size=6),
+                      st.integers(1, 20))),
+        "max_suffix": st.integers(1, 6),
+        "depth": st.integers(1, 8),
+        "num_nodes": st.integers(1, 16),
+        "max_occurrences": st.integers(1, 32),
+    }),
+    "cascade": st.fixed_dictionaries({
+        "gamma": st.integers(1, 6),
+        "vertical": st.sampled_from(["pld", "none"]),
+        "horizontal": st.integers(0, 4),
+        "max_ngram": st.integers(1, 3),
+        "num_pred_tokens": st.integers(1, 5),
+    }),
 }

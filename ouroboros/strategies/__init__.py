@@ -13,7 +13,11 @@ from typing import Any
 
 from ouroboros.backends.base import Backend, OuroborosError
 from ouroboros.strategies.base import DecodeState, Proposer
+from ouroboros.strategies.cascade import CascadeConfig, CascadeProposer
+from ouroboros.strategies.lookahead import LookaheadConfig, LookaheadProposer
+from ouroboros.strategies.ouroboros import OuroborosConfig, OuroborosProposer
 from ouroboros.strategies.pld import PLDConfig, PLDProposer
+from ouroboros.strategies.rest import RestConfig, RestProposer
 from ouroboros.strategies.speculative import SpeculativeConfig, SpeculativeProposer
 from ouroboros.strategies.vanilla import VanillaConfig, VanillaProposer
 
@@ -32,6 +36,10 @@ REGISTRY: dict[str, StrategySpec] = {
     "vanilla": StrategySpec(VanillaConfig, VanillaProposer),
     "speculative": StrategySpec(SpeculativeConfig, SpeculativeProposer),
     "pld": StrategySpec(PLDConfig, PLDProposer),
+    "lookahead": StrategySpec(LookaheadConfig, LookaheadProposer),
+    "ouroboros": StrategySpec(OuroborosConfig, OuroborosProposer),
+    "rest": StrategySpec(RestConfig, RestProposer),
+    "cascade": StrategySpec(CascadeConfig, CascadeProposer),
 }
 
 

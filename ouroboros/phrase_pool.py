@@ -1,0 +1,232 @@
+"""The phrase pool: n-gram phrases keyed by their first token, shared by lookahead, Ouroboros' drafter and its
+lengthening / harvesting (arXiv 2402.13720, Sec. 3; the official code calls it the n-gram cache).
+
+A phrase is stored as (key, tokens): `key` is the token the phrase follows, `tokens` the 1..N-1 tokens after
+it, and it carries the source that last inserted it ("lookahead" = a Jacobi window's n-grams, "verify" =
+harvested from a target verification, "corrected" = a lengthening branch corrected by the target's
+predictions, "prompt" = n-grams of the prompt) plus the epoch (prompt index) of that insertion. A phrase
+served in a later epoch than the one that inserted it reports the source "history" (history reuse).
+
+Caps and eviction:
+- per key: at most `per_key` phrases (the paper's G); inserting a known phrase, or `touch`-ing one that was
+  used, refreshes it; the least recently refreshed phrase of the key goes first (as the official code's
+  per-key list does).
+- global: at most `max_phrases` phrases and `max_bytes` bytes, where a phrase weighs TOKEN_BYTES per stored
+  token (key included): the compact int32 size, the size a C implementation or the saved file would hold.
+  Policy: global LRU over refresh time. Why: in decoding, reuse is strongly recency-driven (the phrases of the
+  file or answer being written now), refresh-on-reuse already tracks that, LRU is O(1) per operation with an
+  OrderedDict, and LFU would pin phrases of long-gone prompts. The paper has no global cap.
+
+Save / load: a versioned JSON document (format FORMAT, version VERSION), phrases oldest -> newest so a
+reload restores the recency order. A missing, corrupt or incompatible file raises OuroborosError (one
+line) unless the caller passes `on_error="empty"`, in which case the pool stays empty and the reason is
+returned.
+
+Worked example (golden): per_key=2;  add(5, [1, 2]); add(5, [3]); add(5, [1, 2]) (refresh); add(5, [4])
+-> key 5 holds [4], [1, 2] (newest first): [3] was the least recently refreshed and is evicted.
+
+This module knows nothing of models, drafts or verification; it stores and returns phrases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from typing import Any, NamedTuple
+
+from ouroboros.backends.base import OuroborosError
+
+FORMAT = "ouroboros-phrase-pool"
+VERSION = 1
+SOURCES = ("lookahead", "verify", "corrected", "prompt")  # insertion sources; "history" is derived on lookup
+HISTORY = "history"
+TOKEN_BYTES = 4  # int32 per stored token, key included
+
+
+class Phrase(NamedTuple):
+    tokens: tuple[int, ...]
+    source: str             # effective source: the inserting source, or "history" if inserted in an earlier epoch
+
+
+def phrase_bytes(tokens: tuple[int, ...]) -> int:
+    return TOKEN_BYTES * (1 + len(tokens))
+
+
+class PhrasePool:
+    def __init__(self, per_key: int = 20, max_phrases: int = 0, max_bytes: int = 0):
+        """per_key >= 1; max_phrases / max_bytes = 0 means no global cap."""
+        if per_key < 1:
+            raise OuroborosError(f"phrase pool per_key must be >= 1, got {per_key}")
+        if max_phrases < 0 or max_bytes < 0:
+            raise OuroborosError("phrase pool caps must be >= 0 (0 = no cap)")
+        self.per_key = per_key
+        self.max_phrases = max_phrases
+        self.max_bytes = max_bytes
+        self.epoch = 0
+        self.n_bytes = 0
+        self.evicted = 0
+        # key -> {tokens: None}, oldest refresh first (plain dicts keep insertion order; refresh = pop + insert)
+        self._by_key: dict[int, dict[tuple[int, ...], None]] = {}
+        # (key, tokens) -> [source, epoch], global LRU order (oldest first)
+        self._lru: OrderedDict[tuple[int, tuple[int, ...]], list[Any]] = OrderedDict()
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def __contains__(self, item: tuple[int, tuple[int, ...]]) -> bool:
+        return item in self._lru
+
+    def lookup(self, key: int, k: int) -> list[Phrase]:
+        """Up to k phrases that follow `key`, most recently refreshed first. Does not refresh."""
+        bucket = self._by_key.get(key)
+        if not bucket or k <= 0:
+            return []
+        out = []
+        lru, epoch = self._lru, self.epoch
+        for toks in reversed(bucket):
+            src, ep = lru[(key, toks)]
+            out.append(Phrase(toks, src if ep == epoch else HISTORY))
+            if len(out) == k:
+                break
+        return out
+
+    def items(self) -> list[tuple[int, tuple[int, ...], str]]:
+        """(key, tokens, effective source), oldest -> newest refresh."""
+        return [(k, t, s if e == self.epoch else HISTORY) for (k, t), (s, e) in self._lru.items()]
+
+    def size_by_source(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s, e in self._lru.values():
+            src = s if e == self.epoch else HISTORY
+            out[src] = out.get(src, 0) + 1
+        return out
+
+    # ------------------------------------------------------------------ updates
+    def new_epoch(self) -> None:
+        """A new prompt starts: everything inserted so far is served as "history" from now on."""
+        self.epoch += 1
+
+    def clear(self) -> None:
+        self._by_key.clear()
+        self._lru.clear()
+        self.n_bytes = 0
+
+    def add(self, key: int, tokens, source: str) -> bool:
+        """Insert (or refresh) a phrase. Returns True when it was new. Empty phrases are ignored."""
+        toks = tuple(tokens)
+        if not toks:
+            return False
+        gk = (key, toks)
+        ent = self._lru.get(gk)
+        bucket = self._by_key.get(key)
+        if ent is not None:
+            ent[0], ent[1] = source, self.epoch
+            self._lru.move_to_end(gk)
+            del bucket[toks]  # type: ignore[union-attr]
+            bucket[toks] = None  # type: ignore[index]
+            return False
+        if bucket is None:
+            bucket = self._by_key[key] = {}
+        bucket[toks] = None
+        self._lru[gk] = [source, self.epoch]
+        self.n_bytes += phrase_bytes(toks)
+        if len(bucket) > self.per_key:
+            self._drop(key, next(iter(bucket)))
+        self._enforce_global()
+        return True
+
+    def touch(self, key: int, tokens) -> None:
+        """Refresh a phrase that was just reused (no-op if it is gone)."""
+        toks = tuple(tokens)
+        gk = (key, toks)
+        if gk in self._lru:
+            self._lru.move_to_end(gk)
+            bucket = self._by_key[key]
+            del bucket[toks]
+            bucket[toks] = None
+
+    def remove(self, key: int, tokens) -> bool:
+        toks = tuple(tokens)
+        if (key, toks) not in self._lru:
+            return False
+        self._drop(key, toks, evicted=False)
+        return True
+
+    def _drop(self, key: int, toks: tuple[int, ...], evicted: bool = True) -> None:
+        del self._lru[(key, toks)]
+        bucket = self._by_key[key]
+        del bucket[toks]
+        if not bucket:
+            del self._by_key[key]
+        self.n_bytes -= phrase_bytes(toks)
+        self.evicted += evicted
+
+    def _enforce_global(self) -> None:
+        mp, mb = self.max_phrases, self.max_bytes
+        while (mp and len(self._lru) > mp) or (mb and self.n_bytes > mb):
+            (key, toks), _ = next(iter(self._lru.items()))
+            self._drop(key, toks)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str, meta: dict[str, Any] | None = None) -> None:
+        """Write atomically (temp file + rename). `meta` (e.g. {"vocab_size": V}) is checked on load."""
+        doc = {"format": FORMAT, "version": VERSION, "meta": dict(meta or {}),
+               "phrases": [[k, list(t), s] for (k, t), (s, _) in self._lru.items()]}
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, separators=(",", ":"))
+        os.replace(tmp, path)
+
+    def load(self, path: str, meta: dict[str, Any] | None = None, on_error: str = "raise") -> str | None:
+        """Add the phrases of a saved pool (as history: epoch -1), keeping this pool's caps. Returns None on
+        success, or the reason the pool stayed unchanged when on_error="empty"; raises OuroborosError
+        otherwise. `meta` entries must equal the saved ones (e.g. the vocabulary size)."""
+        if on_error not in ("raise", "empty"):
+            raise OuroborosError(f"phrase pool on_error must be 'raise' or 'empty', got {on_error!r}")
+        try:
+            entries = _read(path, meta or {})
+        except OuroborosError as e:
+            if on_error == "raise":
+                raise
+            return str(e)
+        for key, toks, src in entries:
+            self.add(key, toks, src)
+            ent = self._lru.get((key, toks))
+            if ent is not None:  # (a cap smaller than one phrase evicts it at once)
+                ent[1] = -1
+        return None
+
+
+def _read(path: str, meta: dict[str, Any]) -> list[tuple[int, tuple[int, ...], str]]:
+    """Parse and validate a saved pool; every failure is one OuroborosError line naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise OuroborosError(f"phrase pool file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise OuroborosError(f"phrase pool file {path} is unreadable or corrupt ({type(e).__name__})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise OuroborosError(f"{path} is not a phrase pool file (format {FORMAT!r} expected)")
+    if doc.get("version") != VERSION:
+        raise OuroborosError(f"phrase pool file {path} has version {doc.get('version')!r}; this build reads {VERSION}")
+    saved: dict[str, Any] = doc["meta"] if isinstance(doc.get("meta"), dict) else {}
+    for k, v in meta.items():
+        if saved.get(k) != v:
+            raise OuroborosError(f"phrase pool file {path} is incompatible: {k}={saved.get(k)!r}, this run has {v!r}")
+    vocab = meta.get("vocab_size")
+    out = []
+    phrases = doc.get("phrases")
+    if not isinstance(phrases, list):
+        raise OuroborosError(f"phrase pool file {path} is corrupt: no phrase list")
+    for i, ent in enumerate(phrases):
+        ok = (isinstance(ent, list) and len(ent) == 3 and isinstance(ent[0], int) and isinstance(ent[1], list)
+              and len(ent[1]) > 0 and all(isinstance(t, int) for t in ent[1]) and ent[2] in SOURCES)
+        if ok and vocab is not None:
+            ok = 0 <= ent[0] < vocab and all(0 <= t < vocab for t in ent[1])
+        if not ok:
+            raise OuroborosError(f"phrase pool file {path} is corrupt: bad entry #{i}")
+        out.append((ent[0], tuple(ent[1]), ent[2]))
+    return out

@@ -1,0 +1,105 @@
+"""cascade (Chen et al. 2023, "Cascade Speculative Drafting for Even Faster LLM Inference"), greedy form.
+
+- vertical cascade: the draft model's gamma tokens are themselves produced by speculative decoding with a
+  cheaper drafter (`run_steps` on the draft backend with an inner proposer). The cheaper drafter here is
+  prompt lookup over the draft's own context (`vertical: pld`), the paper's statistical bottom model being
+  the cheapest level; `vertical: none` drafts token by token (vanilla on the draft model).
+- horizontal cascade: later draft positions come from a cheaper drafter: after the draft model's gamma
+  tokens, up to `horizontal` more tokens are appended by prompt lookup over prompt + generated + draft
+  (source "prompt"). CSD's insight: later positions are accepted less often, so a cheaper drafter suffices.
+
+With vertical "none" and horizontal 0 this is `speculative`. Deviation (flagged): CSD's horizontal levels
+are smaller models and its vertical levels can be several models deep; the registry hands a strategy one
+draft model, so the cheaper levels here are model-free.
+
+This module knows nothing of the loop's bookkeeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.draft import Draft
+from ouroboros.strategies.base import DecodeState, Proposer
+from ouroboros.strategies.pld import PLDConfig, PLDProposer, lookup_continuation
+from ouroboros.strategies.speculative import check_pair
+from ouroboros.strategies.vanilla import VanillaProposer
+from ouroboros.verify import Verdict
+
+
+@dataclass
+class CascadeConfig:
+    gamma: int = 4              # draft-model tokens per step
+    vertical: str = "pld"       # drafter of the draft model: "pld" or "none"
+    horizontal: int = 4         # extra later positions from prompt lookup (0 = no horizontal cascade)
+    max_ngram: int = 3          # prompt-lookup settings shared by both cheaper levels
+    min_ngram: int = 1
+    num_pred_tokens: int = 4    # vertical level's draft length per draft-model step
+
+    def __post_init__(self) -> None:
+        if self.gamma < 1:
+            raise OuroborosError(f"cascade.gamma must be >= 1, got {self.gamma}")
+        if self.vertical not in ("pld", "none"):
+            raise OuroborosError(f"cascade.vertical must be 'pld' or 'none', got {self.vertical!r}")
+        if self.horizontal < 0:
+            raise OuroborosError(f"cascade.horizontal must be >= 0, got {self.horizontal}")
+        PLDConfig(self.max_ngram, self.min_ngram, self.num_pred_tokens, "last")  # validates the shared settings
+
+
+class CascadeProposer:
+    needs_draft_model = True
+
+    def __init__(self, cfg: CascadeConfig, target: Backend, draft: Backend | None):
+        self.cfg = cfg
+        self.draft = check_pair(target, draft, "cascade")
+        self.counters = self.draft.counters
+        self._inner: Proposer = (PLDProposer(PLDConfig(cfg.max_ngram, cfg.min_ngram, cfg.num_pred_tokens, "last"))
+                                 if cfg.vertical == "pld" else VanillaProposer())
+        self._drafted = 0
+        self._stats: dict[str, float] = {}
+
+    def begin(self, prompt: list[int]) -> None:
+        self._stats = {"draft_forwards": 0, "drafted_tokens": 0, "horizontal_proposed": 0,
+                       "horizontal_accepted": 0, "horizontal_hits": 0}
+        self.draft.prefill(prompt)
+        self._inner.begin(prompt)
+
+    def propose(self, state: DecodeState) -> Draft:
+        from ouroboros.decode import run_steps  # the inner loop (import here: decode imports strategies.base)
+
+        cfg, st = self.cfg, self._stats
+        gamma = min(cfg.gamma, state.max_depth(), self.draft.max_context - len(self.draft.tokens))
+        if gamma <= 0:
+            self._drafted = 0
+            return Draft()
+        f0 = self.draft.counters.forwards
+        trunk = run_steps(self.draft, self._inner, gamma).output
+        st["draft_forwards"] += self.draft.counters.forwards - f0
+        st["drafted_tokens"] += len(trunk)
+        self._drafted = len(trunk)
+        h = min(cfg.horizontal, state.max_depth() - len(trunk))
+        if h > 0:
+            ctx = np.asarray(state.tokens + trunk, dtype=np.int64)
+            more = lookup_continuation(ctx, cfg.max_ngram, cfg.min_ngram, h, "last")
+            st["horizontal_hits"] += bool(more)
+            st["horizontal_proposed"] += len(more)
+            trunk = trunk + more
+        tree = Draft.chain(trunk, source="draft")
+        tree.sources[self._drafted:] = ["prompt"] * (len(trunk) - self._drafted)
+        return tree
+
+    def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None:
+        t, m = self._drafted, len(verdict.path)
+        kept = min(m, t)
+        self.draft.rollback(t - kept)
+        self.draft.append(verdict.tokens[kept:])
+        self._stats["horizontal_accepted"] += max(0, m - t)
+
+    def stats(self) -> dict[str, float]:
+        out = dict(self._stats)
+        for k, v in self._inner.stats().items():
+            out["vertical." + k] = v
+        return out

@@ -1,0 +1,184 @@
+"""lookahead (Fu et al. 2023, "Break the Sequential Dependency of LLM Inference Using Lookahead Decoding"):
+Jacobi iteration over a 2-D window (N-1 levels x W columns) generates n-grams into a phrase pool; up to G
+pool phrases that follow the last committed token are verified as candidate branches, in the SAME forward.
+
+The window travels as PROBE nodes (scored, never accepted): the level-0 cells form a chain under the root,
+cell (level l, column i) hangs under (l-1, i), so cell (l, i) sits at depth i + l and sees level-0 cells
+0..i and the cells of its own column below it. After the forward, the target's predictions at the top level
+become the new top level; once N-1 levels are full, column i yields the n-gram
+(level_0[i], ..., level_{N-2}[i], new[i]) keyed by level_0[i], and the window shifts down one level.
+During the first N-2 steps the window fills one level per step (no n-grams yet), as the official code does.
+
+Candidates are added FIRST (the first phrase is the draft's trunk, on which #Match is counted), then probes.
+The same proposer drives Ouroboros' drafter (on the draft model, sharing the Ouroboros pool).
+
+Worked example (golden): W=2, N=3, levels [[5, 6], [7, 8]]; top-level predictions [9, 4]
+-> n-grams 5 -> (7, 9) and 6 -> (8, 4); new levels [[7, 8], [9, 4]].
+
+This module knows nothing of the loop's bookkeeping or of models beyond the predictions it observes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+from ouroboros.backends.base import Counters, OuroborosError, Scores
+from ouroboros.draft import PROBE, Draft
+from ouroboros.phrase_pool import Phrase, PhrasePool
+from ouroboros.strategies.base import DecodeState
+from ouroboros.verify import Verdict
+
+
+@dataclass
+class LookaheadConfig:
+    # Defaults: the official README's example (hao-ai-lab/LookaheadDecoding: LEVEL=5, WINDOW_SIZE=7,
+    # GUESS_SET_SIZE=7); the paper's A100 7B setting is W=15, N=5, G=15.
+    W: int = 7                  # window columns
+    N: int = 5                  # n-gram size (phrases of N-1 tokens after the key)
+    G: int = 7                  # candidates verified per step, and per-key pool capacity
+    prompt_phrases: bool = False  # seed the pool with the prompt's n-grams (source "prompt"; not in the paper)
+    max_pool_phrases: int = 0   # global pool cap (0 = none)
+    seed: int = 0               # window initialisation (random prompt tokens, as the official code)
+
+    def __post_init__(self) -> None:
+        if self.W < 1 or self.N < 2 or self.G < 0:
+            raise OuroborosError(f"lookahead needs W >= 1, N >= 2, G >= 0; got W={self.W}, N={self.N}, G={self.G}")
+
+
+def hang_phrases(draft: Draft, phrases: list[Phrase], parent: int, max_len: int) -> list[list[int]]:
+    """Trie-insert `phrases` (each cut to max_len) under node `parent` of `draft`, which must have no
+    children there yet; node sources are "pool:<phrase source>". Returns each phrase's node indices."""
+    index: dict[tuple[int, int], int] = {}
+    out = []
+    for ph in phrases:
+        p, nodes = parent, []
+        for t in ph.tokens[:max_len]:
+            node = index.get((p, t))
+            if node is None:
+                node = index[(p, t)] = draft.add_node(t, p, "pool:" + ph.source)
+            nodes.append(node)
+            p = node
+        out.append(nodes)
+    return out
+
+
+class JacobiWindow:
+    """The 2-D window state. `levels[l][i]` = token at level l, column i (l = 0 is the oldest)."""
+
+    def __init__(self, W: int, N: int):
+        self.W, self.N = W, N
+        self.levels: list[list[int]] = []
+
+    def reset(self, prompt: list[int], rng: random.Random) -> None:
+        self.levels = [[prompt[rng.randrange(len(prompt))] for _ in range(self.W)]]
+
+    @property
+    def depth(self) -> int:
+        """Deepest probe's depth."""
+        return self.W - 1 + len(self.levels) - 1
+
+    def add_probes(self, draft: Draft) -> list[list[int]]:
+        nodes: list[list[int]] = []
+        parent = -1
+        row = []
+        for t in self.levels[0]:
+            parent = draft.add_node(t, parent, "window", PROBE)
+            row.append(parent)
+        nodes.append(row)
+        for lvl in self.levels[1:]:
+            below = nodes[-1]
+            nodes.append([draft.add_node(t, below[i], "window", PROBE) for i, t in enumerate(lvl)])
+        return nodes
+
+    def update(self, preds: list[int], nodes: list[list[int]], pool: PhrasePool, source: str) -> int:
+        """Take the top level's predictions; harvest n-grams once the window is full. Returns n-grams added."""
+        new = [preds[j + 1] for j in nodes[-1]]
+        levels = self.levels
+        if len(levels) < self.N - 1:
+            levels.append(new)
+            return 0
+        added = 0
+        for i in range(self.W):
+            added += pool.add(levels[0][i], [lvl[i] for lvl in levels[1:]] + [new[i]], source)
+        self.levels = levels[1:] + [new]
+        return added
+
+
+def add_prompt_phrases(pool: PhrasePool, prompt: list[int], length: int) -> None:
+    for i in range(len(prompt) - 1):
+        pool.add(prompt[i], prompt[i + 1: i + 1 + length], "prompt")
+
+
+class LookaheadProposer:
+    needs_draft_model = False
+
+    def __init__(self, cfg: LookaheadConfig, target=None, draft=None, pool: PhrasePool | None = None,
+                 owns_pool: bool = True):
+        """With `pool` given and owns_pool=False (Ouroboros' drafter) the pool is shared and never cleared here."""
+        self.cfg = cfg
+        self.counters = Counters()
+        self.pool = pool if pool is not None else PhrasePool(per_key=max(cfg.G, 1), max_phrases=cfg.max_pool_phrases)
+        self.owns_pool = owns_pool
+        self.window = JacobiWindow(cfg.W, cfg.N)
+        self._draft = Draft()
+        self._phrase_nodes: list[list[int]] = []
+        self._phrases: list[Phrase] = []
+        self._probe_nodes: list[list[int]] | None = None
+        self._key = 0
+        self._stats: Counter[str] = Counter()
+
+    def begin(self, prompt: list[int]) -> None:
+        self._stats = Counter()
+        if self.owns_pool:
+            self.pool.clear()
+        if self.cfg.prompt_phrases and self.owns_pool:
+            add_prompt_phrases(self.pool, prompt, self.cfg.N - 1)
+        self.window.reset(prompt, random.Random(self.cfg.seed))
+
+    def propose(self, state: DecodeState) -> Draft:
+        cfg, st = self.cfg, self._stats
+        draft = Draft()
+        depth = min(state.max_depth(), cfg.N - 1)
+        self._phrases, self._phrase_nodes = [], []
+        if depth > 0 and cfg.G > 0:
+            self._key = state.tokens[-1]
+            self._phrases = self.pool.lookup(self._key, cfg.G)
+            st["lookups"] += 1
+            if self._phrases:
+                st["hits"] += 1
+                self._phrase_nodes = hang_phrases(draft, self._phrases, -1, depth)
+                for s in draft.sources:
+                    st["proposed:" + s] += 1
+        if not draft.tokens:
+            draft.trunk_len = 0  # probes never form a trunk
+        self._probe_nodes = None
+        if self.window.depth <= state.room - 1:
+            n_cand, trunk = len(draft), draft.trunk_len
+            self._probe_nodes = self.window.add_probes(draft)
+            draft.trunk_len = trunk
+            st["probes"] += len(draft) - n_cand
+        self._draft = draft
+        return draft
+
+    def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None:
+        st = self._stats
+        if self._probe_nodes is not None:
+            st["harvested:lookahead"] += self.window.update(verdict.preds, self._probe_nodes, self.pool, "lookahead")
+        path = verdict.path
+        if path:
+            srcs = self._draft.sources
+            for i in path:
+                st["accepted:" + srcs[i]] += 1
+            last = path[-1]
+            for ph, nodes in zip(self._phrases, self._phrase_nodes, strict=True):
+                if last in nodes:
+                    self.pool.touch(self._key, ph.tokens)  # refresh-on-reuse
+
+    def stats(self) -> dict[str, float]:
+        out: dict[str, float] = dict(self._stats)
+        if self.owns_pool:
+            out["pool_phrases"] = len(self.pool)
+            out["pool_bytes"] = self.pool.n_bytes
+        return out

@@ -1,0 +1,94 @@
+"""rest (He et al. 2024, "REST: Retrieval-Based Speculative Decoding"): each step, the longest suffix of the
+context (up to max_suffix tokens) is looked up in a datastore; the continuations of its occurrences are
+merged into a count trie and the num_nodes most frequent nodes become the draft tree (source "datastore").
+
+The datastore comes from a file built by `python -m ouroboros.rest_datastore` (`datastore: path`) or, for
+tests and toy runs, from token ids given inline (`corpus: [...]`, one document).
+
+This module knows nothing of models; retrieval lives in `ouroboros/rest_datastore.py`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.draft import CANDIDATE, Draft
+from ouroboros.rest_datastore import Datastore, continuation_tree
+from ouroboros.strategies.base import DecodeState, ModelFreeProposer
+from ouroboros.verify import Verdict
+
+
+@dataclass
+class RestConfig:
+    datastore: str | None = None     # .npz from `python -m ouroboros.rest_datastore`
+    corpus: list[int] = field(default_factory=list)  # or inline token ids (one document)
+    max_suffix: int = 16             # longest context suffix tried (REST matches suffixes of up to 16 tokens)
+    min_suffix: int = 1
+    depth: int = 8                   # continuation length retrieved (draft depth cap)
+    num_nodes: int = 32              # tree cap (REST verifies up to 64 candidate tokens on a GPU; CPU: fewer)
+    max_occurrences: int = 256       # occurrences whose continuations are counted
+
+    def __post_init__(self) -> None:
+        if bool(self.datastore) == bool(self.corpus):
+            raise OuroborosError("rest needs exactly one of datastore (a .npz path) or corpus (token ids)")
+        if not 1 <= self.min_suffix <= self.max_suffix:
+            raise OuroborosError(f"rest needs 1 <= min_suffix <= max_suffix, got {self.min_suffix}, {self.max_suffix}")
+        if self.depth < 1 or self.num_nodes < 1 or self.max_occurrences < 1:
+            raise OuroborosError("rest.depth, num_nodes and max_occurrences must be >= 1")
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str) -> Datastore:
+    return Datastore.load(path)
+
+
+class RestProposer(ModelFreeProposer):
+    needs_draft_model = False
+
+    def __init__(self, cfg: RestConfig, target: Backend | None = None, draft=None):
+        super().__init__()
+        self.cfg = cfg
+        self.ds = _load(cfg.datastore) if cfg.datastore else Datastore.build([list(cfg.corpus)])
+        if target is not None and self.ds.max_token >= target.vocab_size:
+            raise OuroborosError(f"REST datastore holds token {self.ds.max_token}, outside the model's vocabulary "
+                                 f"[0, {target.vocab_size}): built with another tokenizer?")
+        self._stats: dict[str, float] = {}
+
+    def begin(self, prompt: list[int]) -> None:
+        self._stats = {"lookups": 0, "hits": 0, "proposed:datastore": 0,
+                       "accepted:datastore": 0}
+
+    def propose(self, state: DecodeState) -> Draft:
+        c, st = self.cfg, self._stats
+        depth = min(c.depth, state.max_depth())
+        if depth <= 0:
+            return Draft()
+        ctx = state.tokens[-c.max_suffix:]
+        conts = self.ds.continuations(ctx, c.max_suffix, c.min_suffix, depth, c.max_occurrences)
+        st["lookups"] += 1
+        if not conts:
+            return Draft()
+        st["hits"] += 1
+        tokens, parents = continuation_tree(conts, c.num_nodes)
+        n = len(tokens)
+        trunk = 0
+        while trunk < n and parents[trunk] == trunk - 1:
+            trunk += 1
+        st["proposed:datastore"] += n
+        return Draft(tokens=tokens, parents=parents, kinds=[CANDIDATE] * n, sources=["datastore"] * n,
+                     depths=_depths(parents), trunk_len=trunk)
+
+    def observe(self, verdict: Verdict, scores, state: DecodeState) -> None:
+        self._stats["accepted:datastore"] += len(verdict.path)
+
+    def stats(self) -> dict[str, float]:
+        return dict(self._stats)
+
+
+def _depths(parents: list[int]) -> list[int]:
+    d: list[int] = []
+    for p in parents:
+        d.append(0 if p < 0 else d[p] + 1)
+    return d
