@@ -12,7 +12,7 @@ Components (Hydra groups under conf/):
 - hardware  the profile the simulator charges time for (free-form, owned by simulators/); unused by hf.
 - sim       simulator options (token source, surrogate knobs, placement; owned by simulators/).
 - logger    `LoggerConfig`: console progress, per-step records, the wandb mirror.
-- sweep     `SweepConfig`: a grid (override key -> values) and/or explicit points (the ablation).
+- sweep     `SweepConfig`: a grid (Hydra sweep overrides, as after -m) and/or explicit points (the ablation).
 
 Entry points (run, sweep, tune) are the only modules that see a DictConfig; they call `validate` and hand
 library code plain dataclasses and dicts. This module knows nothing of models, decoding or sinks.
@@ -77,7 +77,7 @@ class SweepPoint:
 @dataclass
 class SweepConfig:
     name: str = "single"
-    grid: dict[str, list[Any]] = field(default_factory=dict)  # override key -> values (cartesian product)
+    grid: list[str] = field(default_factory=list)   # Hydra sweep overrides ("key=a,b,c"): cartesian product
     points: list[SweepPoint] = field(default_factory=list)    # explicit points, crossed with the grid
     resume: bool = True         # skip points already in the record file
 

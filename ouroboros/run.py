@@ -48,6 +48,7 @@ class Session:
     eos_ids: tuple[int, ...]
     prompts: list[Prompt]
     hardware: dict[str, Any]         # what the clock measures: this machine (hf) or the profile (sim)
+    tokenizer: Any = None            # decodes outputs into the record's `text` (None: ids only)
 
 
 def _pair_key(run: RunConfig) -> str:
@@ -106,7 +107,7 @@ def open_session(run: RunConfig) -> Session:
     if not prompts:
         raise OuroborosError("the dataset gave no prompts")
     hardware = dict(run.hardware or {}) if run.backend_kind == "sim" else machine_info()
-    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware)
+    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware, tokenizer)
 
 
 @functools.cache
@@ -141,10 +142,14 @@ def label_of(run: RunConfig) -> str:
 def make_record(run: RunConfig, result: RunResult, session: Session, *, label: str, baseline: RunResult | None,
                 baseline_id: str | None, sweep: str, step_records: bool) -> dict[str, Any]:
     prompts = []
+    categories = {q.id: q.category for q in session.prompts}
     for p in result.prompts:
         s = p.summary()
         s["output"] = p.output
-        s["category"] = next((q.category for q in session.prompts if q.id == p.prompt_id), "")
+        s["accept_lengths"] = [r.new_tokens for r in p.steps]  # tokens per target forward (Spec-Bench's)
+        s["category"] = categories.get(p.prompt_id, "")
+        if session.tokenizer is not None:
+            s["text"] = decode_text(session.tokenizer, p.output)
         if step_records:
             s["steps"] = [step_dict(r) for r in p.steps]
         prompts.append(s)
@@ -159,6 +164,13 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
             "config": dataclasses.asdict(run), "totals": result.totals(),
             "speedup": speedup(baseline, result) if baseline is not None else None,
             "identical_to_baseline": same, "prompts": prompts}
+
+
+def decode_text(tokenizer: Any, ids: list[int]) -> str:
+    try:
+        return tokenizer.decode(ids, skip_special_tokens=True)   # transformers tokenizers
+    except TypeError:
+        return tokenizer.decode(ids)                            # the simulator's surrogate tokenizer
 
 
 def result_from_record(rec: dict) -> RunResult:

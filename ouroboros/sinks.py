@@ -266,8 +266,9 @@ def read_wandb_run(run_dir: str | os.PathLike) -> dict[str, Any]:
         rec = pb.Record()  # type: ignore[attr-defined]
         rec.ParseFromString(chunk)
         kind = rec.WhichOneof("record_type")
-        if kind == "config":
-            out["config"].update({i.key: json.loads(i.value_json) for i in rec.config.update})
+        if kind in ("config", "run"):   # the config is sent with the run record, updates as config records
+            cfg = rec.config if kind == "config" else rec.run.config
+            out["config"].update({i.key: json.loads(i.value_json) for i in cfg.update})
         elif kind == "summary":
             out["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json)
                                    for i in rec.summary.update})

@@ -3,11 +3,12 @@ hyper-parameters x datasets x ...) with the baseline each one needs for speedups
 print a table at the end.
 
 Points come from the `sweep` group (conf/sweep/*.yaml): `points` (explicit override lists, e.g. the ablation)
-crossed with `grid` (override key -> values). Each point is composed by Hydra from the command line's overrides
-plus its own (a point's override replaces the command line's for the same key; re-selecting a group drops the
-command line's overrides under that group unless it picks the same option), then validated: every point is
-checked before any model loads. Hydra's `-m` works too (each job runs its own points; the joblib launcher runs
-jobs in parallel; `MultirunTable` validates every job up front and prints one table at the end).
+crossed with `grid` (Hydra sweep overrides as after -m, e.g. "strategy.params.gamma=2,4,8"). Each point is
+composed by Hydra from the command line's overrides plus its own (a point's override replaces the command line's
+for the same key; re-selecting a group drops the command line's overrides under that group unless it picks the
+same option), then validated: every point is checked before any model loads. Hydra's `-m` works too (each job
+runs its own points; the joblib launcher runs jobs in parallel; `MultirunTable` validates every job up front
+and prints one table at the end).
 
 Resume: a point whose point_id (ouroboros.config.point_key) already has a record is skipped; a kill at any
 moment loses at most the point being measured, and a rerun measures it once (ouroboros.sinks.RecordFile).
@@ -15,7 +16,6 @@ moment loses at most the point being measured, and a rerun measures it once (our
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import sys
@@ -41,27 +41,20 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def _value(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, dict)):
-        return json.dumps(v)
-    return str(v)
-
-
 def expand(sweep: SweepConfig) -> list[tuple[str, list[str]]]:
-    """(label suffix, overrides) per point: explicit points x the grid's cartesian product."""
+    """(label, overrides) per point: explicit points x the grid's cartesian product (Hydra's -m syntax)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     points = [(p.label, list(p.overrides)) for p in sweep.points] or [("", [])]
-    keys = list(sweep.grid)
-    combos = itertools.product(*(sweep.grid[k] for k in keys)) if keys else [()]
-    out = []
-    for combo in combos:
-        grid = [f"{k}={_value(v)}" for k, v in zip(keys, combo, strict=True)]
-        for label, ovr in points:
-            out.append((label, ovr + grid))
-    return out
+    combos: list[list[str]] = [[]]
+    if sweep.grid:
+        try:
+            parsed = OverridesParser.create().parse_overrides(list(sweep.grid))
+        except Exception as e:
+            raise OuroborosError(f"sweep.grid: {' '.join(str(e).split())}") from None
+        combos = [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    return [(label, ovr + grid) for grid in combos for label, ovr in points]
 
 
 def merge_overrides(base: Iterable[str], point: list[str], choices: dict[str, Any]) -> list[str]:
@@ -116,8 +109,7 @@ def run_points(points: list[Point], ex: Executor) -> list[dict]:
             tqdm.write(summary_line(rec, i, len(points)))
         records.append(rec)
     bar.close()
-    if ex.console:
-        print(f"{measured} point(s) measured, {len(points) - measured} resumed from records")
+    print(f"{measured} point(s) measured, {len(points) - measured} resumed from records")
     return records
 
 

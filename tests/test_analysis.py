@@ -1,0 +1,64 @@
+"""analysis/: tables and figures from records only (never re-measuring), checked against the records."""
+
+import csv
+
+import pytest
+from test_sweep import sweep_records
+
+from analysis.__main__ import main as analysis_main
+from analysis.plots import curve_series
+from analysis.report import table_rows, task_rows, to_markdown
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rec") / "r.jsonl"
+    sweep_records(out, "sweep=gamma", 'sweep.grid=["strategy=speculative,ouroboros","strategy.params.gamma=2,4"]')
+    abl = sweep_records(out, "sweep=ablation", "strategy=ouroboros", "strategy.params.gamma=2")
+    assert all(r["params"]["gamma"] == 2 for r in abl[1:])   # the command line reaches every point
+    return out
+
+
+def test_markdown_golden():
+    rows = [{"point": "vanilla", "speedup": 1.0}, {"point": "pld", "speedup": None}]
+    assert to_markdown(rows) == "| point | speedup |\n|---|---|\n| vanilla | 1.0 |\n| pld | - |\n"
+
+
+def test_curves_follow_the_records(records):
+    from ouroboros.sinks import read_records
+
+    recs = read_records(records)
+    series = curve_series(recs, "gamma")
+    assert set(series) == {"speculative", "ouroboros"}
+    spec = {r["params"]["gamma"]: r["speedup"] for r in recs if r["strategy"] == "speculative"}
+    assert series["speculative"] == sorted(spec.items())
+    assert curve_series(recs, "K") == {}   # no sweep varies K here: no curve
+
+
+def test_per_task_speedup_matches_the_record_on_one_category(records):
+    from ouroboros.sinks import read_records
+
+    recs = read_records(records)
+    tasks = {row["point"]: row for row in task_rows(recs)}
+    for r in recs:
+        assert tasks[r["label"]]["speedup"] == pytest.approx(r["speedup"], abs=1e-3)   # a single category
+        assert tasks[r["label"]]["new_tokens"] == r["totals"]["new_tokens"]
+
+
+def test_cli_writes_tables_and_figures(records, tmp_path, capsys):
+    out = tmp_path / "an"
+    assert analysis_main([str(records), "--out", str(out)]) == 0
+    for name in ("speedup_vs_gamma", "bars_ablation", "bars_gamma"):
+        for fmt in ("png", "svg"):
+            assert (out / f"{name}.{fmt}").stat().st_size > 5000, name
+    assert (out / "speedup_vs_gamma.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert list((out).glob("pool_*.png"))             # ouroboros records carry pool stats
+    rows = list(csv.DictReader(open(out / "table.csv")))
+    assert len(rows) == len(table_rows(__import__("ouroboros.sinks").sinks.read_records(records)))
+    assert (out / "tasks.md").read_text().startswith("| point | category |")
+    assert "| vanilla |" in capsys.readouterr().out
+
+
+def test_cli_error_is_one_line(tmp_path, capsys):
+    assert analysis_main([str(tmp_path / "missing.jsonl")]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: no records at")
