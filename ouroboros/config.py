@@ -83,6 +83,23 @@ class SweepConfig:
 
 
 @dataclass
+class TuneConfig:
+    """`python -m ouroboros.tune`: the paper's heuristic (Algorithm 1): one parameter at a time, in this order,
+    each at the best values found so far. A stage is a Hydra sweep override; stages naming a parameter the
+    strategy lacks are skipped."""
+
+    stages: list[str] = field(default_factory=lambda: [
+        "strategy.params.gamma=2,3,4,5,6,8,10,12",   # gamma first, at fixed others
+        "strategy.params.W=8,12,16,20,24",           # then the window W
+        "strategy.params.N=3,4,5,6,7",               # then beta (the level N: phrases of N-1 tokens)
+        "strategy.params.K=1,2,3,4,5",               # and K
+    ])
+    tie: dict[str, str] = field(default_factory=lambda: {"G": "W"})  # G follows W when they start equal
+    metric: str = "tokens_per_s"   # a key of RunResult.totals() (higher is better)
+    out: str = "runs/tuned/${strategy.name}.yaml"  # the chosen settings, as a conf/strategy/ YAML
+
+
+@dataclass
 class RunConfig:
     """The root: what one point needs. `validate` returns it with checked fields."""
 
@@ -94,6 +111,7 @@ class RunConfig:
     sim: dict[str, Any] = field(default_factory=dict)  # simulator options (conf/sim/; simulators.pair.SIM_DEFAULTS)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
     max_new_tokens: int = 64
     seed: int = 0
     warmup: bool = True         # one short untimed decode per strategy before the clock runs

@@ -182,12 +182,12 @@ def result_from_record(rec: dict) -> RunResult:
 
 
 def format_table(records: list[dict]) -> str:
-    head = (f"{'point':<34}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'eta':>7}{'A':>7}"
+    head = (f"{'point':<44}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'eta':>7}{'A':>7}"
             f"{'#Match':>8}{'same':>9}")
     lines = [head, "-" * len(head)]
     for r in records:
         t, sp = r["totals"], r.get("speedup")
-        lines.append(f"{r['label'][:33]:<34}{t['new_tokens']:>8}{t['elapsed_s']:>10.3f}{t['tokens_per_s']:>10.1f}"
+        lines.append(f"{r['label'][:43]:<44}{t['new_tokens']:>8}{t['elapsed_s']:>10.3f}{t['tokens_per_s']:>10.1f}"
                      f"{'-' if sp is None else f'{sp:.2f}x':>9}{t['block_efficiency']:>7.2f}"
                      f"{t['accepted_length']:>7.2f}{t['match_per_forward']:>8.2f}"
                      f"{r.get('identical_to_baseline') or '-':>9}")

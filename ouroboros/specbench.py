@@ -1,0 +1,111 @@
+"""Spec-Bench I/O (github.com/hemingkx/Spec-Bench).
+
+In:  a question.jsonl ({question_id, category, turns}); `read_questions` checks it. Decoding it is the `specbench`
+     dataset (conf/dataset/specbench.yaml, ouroboros.datasets): prompt ids are the question ids.
+Out: answer JSONL in the layout Spec-Bench's evaluation/eval.py writes and evaluation/speed.py reads: per line
+     {question_id, category, answer_id, model_id, choices: [{index, turns, decoding_steps, new_tokens,
+     wall_time, accept_lengths}], tstamp}; per turn: new_tokens, wall_time (s) and decoding_steps (target
+     forwards); accept_lengths: tokens emitted per target forward (accepted + bonus, Spec-Bench's tau),
+     concatenated over turns.
+
+    python -m ouroboros.specbench <records> --out DIR [--model-id ID]   # one answer file per point
+
+Built from records only (each prompt result is one turn; a record holds the dataset's one turn per question).
+speed.py counts the baseline's tokens by re-tokenizing `turns` with the model's tokenizer: give it the real
+pair's tokenizer (hf backend); on the simulator, `wall_time` is modelled seconds (`clock` says which).
+Knows nothing of models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ouroboros.backends.base import OuroborosError
+from ouroboros.datasets import read_jsonl
+
+
+@dataclass
+class Question:
+    question_id: int | str
+    category: str
+    turns: list[str]
+
+
+def read_questions(path: str | Path) -> list[Question]:
+    out = []
+    for n, obj in read_jsonl(path):
+        where = f"{Path(path).name}:{n}"
+        qid, cat, turns = obj.get("question_id"), obj.get("category"), obj.get("turns")
+        if not isinstance(qid, (int, str)):
+            raise OuroborosError(f"{where}: missing or bad 'question_id'")
+        if not isinstance(cat, str):
+            raise OuroborosError(f"{where}: missing or bad 'category'")
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+            raise OuroborosError(f"{where}: 'turns' must be a non-empty list of strings")
+        out.append(Question(qid, cat, turns))
+    return out
+
+
+def _qid(prompt_id: str) -> int | str:
+    return int(prompt_id) if prompt_id.lstrip("-").isdigit() else prompt_id
+
+
+def answers(rec: dict, model_id: str) -> list[dict]:
+    """One Spec-Bench answer line per prompt of a record, sorted by question id."""
+    clock = "modelled" if rec.get("backend") == "sim" else "wall"
+    lines = []
+    for p in rec["prompts"]:
+        if "accept_lengths" not in p:
+            raise OuroborosError(f"record {rec['point_id']} has no per-step accept lengths (written before schema 1?)")
+        choice = {"index": 0, "turns": [p.get("text") or " ".join(map(str, p["output"]))],
+                  "decoding_steps": [p["target_forwards"]], "new_tokens": [p["new_tokens"]],
+                  "wall_time": [p["elapsed_s"]], "accept_lengths": list(p["accept_lengths"])}
+        lines.append({"question_id": _qid(p["prompt_id"]), "category": p.get("category", ""),
+                      "answer_id": f"{rec['record_id'][:12]}-{p['prompt_id']}", "model_id": model_id,
+                      "choices": [choice], "tstamp": rec["time"], "clock": clock})
+    return sorted(lines, key=lambda a: (str(type(a["question_id"])), a["question_id"]))
+
+
+def write_answers(records: list[dict], out: str | Path, model_id: str | None = None) -> list[Path]:
+    """One answer file per point (latest record per point_id): <out>/<model_id>-<label>.jsonl."""
+    from analysis.plots import slug
+    from analysis.report import latest, model_name
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rec in latest(records):
+        mid = model_id or model_name(rec)
+        path = out / f"{slug(mid)}-{slug(rec['label'])}.jsonl"
+        path.write_text("".join(json.dumps(a) + "\n" for a in answers(rec, f"{mid}-{rec['label']}")))
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ouroboros.specbench", description="Spec-Bench answer files "
+                                 "from ouroboros records (run the sweep with dataset=specbench first).")
+    ap.add_argument("records", help="a records .jsonl file or a folder of them")
+    ap.add_argument("--out", default="runs/specbench", help="folder for the answer files")
+    ap.add_argument("--model-id", default=None, help="model_id prefix (default: the model config's name)")
+    args = ap.parse_args(argv)
+    from ouroboros.sinks import read_records
+
+    try:
+        paths = write_answers(read_records(args.records), args.out, args.model_id)
+    except OuroborosError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for p in paths:
+        print(p)
+    print(f"{len(paths)} answer file(s); score with Spec-Bench: python evaluation/speed.py --file-path <answers> "
+          "--base-path <vanilla answers> --tokenizer-path <tokenizer>")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""`python -m ouroboros.tune [model=...] [strategy=ouroboros] [tune.stages=[...]] [tune.out=PATH]`: the Ouroboros
+paper's hyper-parameter heuristic (arXiv 2402.13720, Algorithm 1): search gamma first with the others fixed,
+then W, then beta (level N) and K, each stage at the best values found so far; write the chosen settings as a
+strategy YAML (conf/strategy/ format: name + params) that `strategy=...` can load.
+
+Works on either backend; every evaluation is a sweep point (ouroboros.run.Executor), so it is recorded in the
+JSONL file, mirrored, and skipped on a rerun (a killed tuning run resumes). Deviation from the paper: the score
+is `tune.metric` from the records (tokens/s by default, equivalent to speedup on one prompt set).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from ouroboros.backends.base import OuroborosError
+from ouroboros.config import RunConfig, StrategyConfig, strategy_params, validate
+from ouroboros.run import Executor, Point, entry, format_table, label_of, make_executor
+
+
+@dataclass
+class Stage:
+    param: str          # a field of the strategy's config dataclass
+    values: list[Any]
+
+
+def parse_stages(stages: list[str], strategy: str) -> tuple[list[Stage], list[str]]:
+    """(stages that apply to `strategy`, the skipped ones' keys)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    fields = strategy_params(strategy)
+    out, skipped = [], []
+    for text in stages:
+        try:
+            ov = OverridesParser.create().parse_overrides([text])[0]
+        except Exception as e:
+            raise OuroborosError(f"tune.stages: {' '.join(str(e).split())}") from None
+        key = ov.key_or_group
+        if not key.startswith("strategy.params."):
+            raise OuroborosError(f"tune.stages: {key!r} is not a strategy parameter (strategy.params.<name>)")
+        name = key.removeprefix("strategy.params.")
+        values = list(ov.sweep_iterator()) if ov.is_sweep_override() else [ov.value()]
+        if name in fields:
+            out.append(Stage(name, values))
+        else:
+            skipped.append(name)
+    if not out:
+        raise OuroborosError(f"no tuning stage applies to strategy '{strategy}' (its parameters: "
+                             f"{', '.join(fields) or 'none'})")
+    return out, skipped
+
+
+def with_params(run: RunConfig, params: dict[str, Any]) -> RunConfig:
+    return validate(dataclasses.replace(run, strategy=StrategyConfig(run.strategy.name, dict(params))))
+
+
+def tune(run: RunConfig, ex: Executor) -> tuple[dict[str, Any], list[dict]]:
+    """Returns (chosen params, every record evaluated, in order)."""
+    stages, skipped = parse_stages(list(run.tune.stages), run.strategy.name)
+    if skipped:
+        print(f"tune: '{run.strategy.name}' has no {', '.join(skipped)}: stage(s) skipped")
+    params = strategy_params(run.strategy.name, run.strategy.params)
+    metric = run.tune.metric
+    history: list[dict] = []
+    for stage in stages:
+        tried = []
+        for v in stage.values:
+            cand = {**params, stage.param: v}
+            for follower, leader in run.tune.tie.items():
+                if leader == stage.param and follower in params and params[follower] == params[leader]:
+                    cand[follower] = v
+            try:
+                point_run = with_params(run, cand)
+            except OuroborosError as e:
+                print(f"tune: {stage.param}={v} skipped ({e})")
+                continue
+            rec, _ = ex.run_point(Point(point_run, label_of(point_run)))
+            if metric not in rec["totals"]:
+                raise OuroborosError(f"tune.metric {metric!r} is not a record total; e.g. tokens_per_s")
+            history.append(rec)
+            tried.append((rec["totals"][metric], v, cand))
+        if not tried:
+            raise OuroborosError(f"tune: every value of {stage.param} was rejected")
+        best = max(tried, key=lambda t: t[0])
+        params = best[2]
+        print(f"tune: {stage.param} = {best[1]} ({metric} {best[0]:.2f}; tried "
+              f"{', '.join(f'{v}: {m:.2f}' for m, v, _ in tried)})")
+    return params, history
+
+
+def write_strategy_yaml(path: str | Path, run: RunConfig, params: dict[str, Any], best: dict) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t = best["totals"]
+    sp = best.get("speedup")
+    model = run.model.get("name") or run.model.get("kind")
+    data = run.dataset.get("name") or run.dataset.get("kind")
+    head = (f"# Chosen by `python -m ouroboros.tune` (the paper's Algorithm 1) for model {model}, dataset {data}, "
+            f"backend {run.backend_kind}"
+            f"{' on ' + str((run.hardware or {}).get('name')) if run.backend_kind == 'sim' else ''}, "
+            f"max_new_tokens {run.max_new_tokens}:\n# {t['tokens_per_s']:.2f} tok/s"
+            f"{f', {sp:.2f}x vanilla' if sp is not None else ''} (point {best['point_id']}).\n")
+    body = OmegaConf.to_yaml({"name": run.strategy.name, "params": params})
+    path.write_text(head + body)
+    return path
+
+
+def tune_main(cfg: DictConfig) -> dict[str, Any]:
+    run = validate(cfg)
+    ex = make_executor(run, resume=True, sweep=f"tune-{run.strategy.name}")
+    params, history = tune(run, ex)
+    best = next(r for r in reversed(history) if r["params"] == params)
+    print(format_table(history))
+    path = write_strategy_yaml(run.tune.out, run, params, best)
+    changed = {k: v for k, v in params.items() if strategy_params(run.strategy.name).get(k) != v}
+    print(f"chosen: {changed or 'the defaults'}; written to {path} "
+          f"(load it with: cp {path} conf/strategy/ && ... strategy={path.stem})")
+    return params
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    entry(lambda: tune_main(cfg))
+
+
+if __name__ == "__main__":
+    main()
