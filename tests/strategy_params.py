@@ -16,6 +16,7 @@ PARAMS = {
         "N": st.integers(2, 5),
         "G": st.integers(0, 5),
         "prompt_phrases": st.booleans(),
+        "output_phrases": st.booleans(),
         "max_pool_phrases": st.sampled_from([0, 3, 50]),
         "seed": st.integers(0, 3),
     }),
@@ -30,6 +31,7 @@ PARAMS = {
         "harvest": st.booleans(),
         "history": st.booleans(),
         "prompt_phrases": st.booleans(),
+        "output_phrases": st.booleans(),
         "max_pool_phrases": st.sampled_from([0, 4, 50]),
     }),
     "rest": st.fixed_dictionaries({

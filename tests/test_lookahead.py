@@ -12,7 +12,7 @@ from ouroboros.decode import decode
 from ouroboros.draft import CANDIDATE, PROBE, Draft
 from ouroboros.phrase_pool import Phrase, PhrasePool
 from ouroboros.strategies import build_proposer
-from ouroboros.strategies.lookahead import JacobiWindow, hang_phrases
+from ouroboros.strategies.lookahead import JacobiWindow, OutputIndexer, hang_phrases
 
 
 def test_golden_window_update():
@@ -31,6 +31,16 @@ def test_window_fills_one_level_per_step_first():
     pool = PhrasePool()
     assert w.update([0, 1, 2], [[0, 1]], pool, "lookahead") == 0
     assert w.levels == [[5, 6], [1, 2]] and len(pool) == 0   # predictions after nodes 0 and 1 -> not [0, 1]
+
+
+def test_golden_output_indexer_adds_each_complete_ngram_once():
+    pool = PhrasePool(per_key=4)
+    ix = OutputIndexer(length=2)
+    ix.begin(prompt_len=2)                                     # prompt [8, 9]
+    assert ix.update([8, 9, 1], pool) == 0                     # 9 -> (1, ?) not complete yet
+    assert ix.update([8, 9, 1, 2, 3], pool) == 2               # 9 -> (1, 2), 1 -> (2, 3)
+    assert [(k, t) for k, t, _ in pool.items()] == [(9, (1, 2)), (1, (2, 3))]
+    assert ix.update([8, 9, 1, 2, 3], pool) == 0 and ix.next_key == 3
 
 
 def test_golden_probe_layout():

@@ -39,6 +39,7 @@ class LookaheadConfig:
     N: int = 5                  # n-gram size (phrases of N-1 tokens after the key)
     G: int = 7                  # candidates verified per step, and per-key pool capacity
     prompt_phrases: bool = False  # seed the pool with the prompt's n-grams (source "prompt"; not in the paper)
+    output_phrases: bool = False  # add the committed output's n-grams as it grows (source "verify"; not in the paper)
     max_pool_phrases: int = 0   # global pool cap (0 = none)
     seed: int = 0               # window initialisation (random prompt tokens, as the official code)
 
@@ -111,6 +112,27 @@ def add_prompt_phrases(pool: PhrasePool, prompt: list[int], length: int) -> None
         pool.add(prompt[i], prompt[i + 1: i + 1 + length], "prompt")
 
 
+class OutputIndexer:
+    """Adds every complete n-gram of the committed output to a pool, incrementally (each key position once:
+    O(new tokens) per step, no rescans). Source "verify": these tokens were verified by the target."""
+
+    def __init__(self, length: int):
+        self.length = length
+        self.next_key = 0
+
+    def begin(self, prompt_len: int) -> None:
+        self.next_key = max(prompt_len - 1, 0)  # the last prompt token keys the first output phrase
+
+    def update(self, tokens: list[int], pool: PhrasePool) -> int:
+        added, L = 0, self.length
+        k, end = self.next_key, len(tokens) - L
+        while k < end:
+            added += pool.add(tokens[k], tokens[k + 1: k + 1 + L], "verify")
+            k += 1
+        self.next_key = k
+        return added
+
+
 class LookaheadProposer:
     needs_draft_model = False
 
@@ -128,6 +150,7 @@ class LookaheadProposer:
         self._probe_nodes: list[list[int]] | None = None
         self._key = 0
         self._stats: Counter[str] = Counter()
+        self._output = OutputIndexer(cfg.N - 1) if cfg.output_phrases else None
 
     def begin(self, prompt: list[int]) -> None:
         self._stats = Counter()
@@ -135,6 +158,8 @@ class LookaheadProposer:
             self.pool.clear()
         if self.cfg.prompt_phrases and self.owns_pool:
             add_prompt_phrases(self.pool, prompt, self.cfg.N - 1)
+        if self._output is not None:
+            self._output.begin(len(prompt))
         self.window.reset(prompt, random.Random(self.cfg.seed))
 
     def propose(self, state: DecodeState) -> Draft:
@@ -166,6 +191,8 @@ class LookaheadProposer:
         st = self._stats
         if self._probe_nodes is not None:
             st["harvested:lookahead"] += self.window.update(verdict.preds, self._probe_nodes, self.pool, "lookahead")
+        if self._output is not None:
+            st["harvested:output"] += self._output.update(state.tokens, self.pool)
         path = verdict.path
         if path:
             srcs = self._draft.sources

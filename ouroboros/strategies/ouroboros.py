@@ -31,7 +31,13 @@ from ouroboros.backends.base import Backend, OuroborosError, Scores
 from ouroboros.draft import Draft
 from ouroboros.phrase_pool import Phrase, PhrasePool
 from ouroboros.strategies.base import DecodeState, Proposer
-from ouroboros.strategies.lookahead import LookaheadConfig, LookaheadProposer, add_prompt_phrases, hang_phrases
+from ouroboros.strategies.lookahead import (
+    LookaheadConfig,
+    LookaheadProposer,
+    OutputIndexer,
+    add_prompt_phrases,
+    hang_phrases,
+)
 from ouroboros.strategies.speculative import check_pair
 from ouroboros.strategies.vanilla import VanillaProposer
 from ouroboros.verify import Verdict
@@ -51,6 +57,7 @@ class OuroborosConfig:
     harvest: bool = True           # (c)
     history: bool = True           # (d)
     prompt_phrases: bool = False   # seed the pool with the prompt's n-grams (source "prompt"; not in the paper)
+    output_phrases: bool = False   # add the committed output's n-grams as it grows (source "verify"; not in the paper)
     max_pool_phrases: int = 0      # global pool caps (0 = none); eviction: global LRU (phrase_pool.py)
     max_pool_bytes: int = 0
     pool_load: str | None = None   # load a saved pool at start (needs history)
@@ -127,6 +134,7 @@ class OuroborosProposer:
         self._phrases: list[Phrase] = []
         self._branches: list[list[int]] = []
         self._stats: Counter[str] = Counter()
+        self._output = OutputIndexer(cfg.N - 1) if cfg.output_phrases else None
 
     def begin(self, prompt: list[int]) -> None:
         cfg = self.cfg
@@ -137,6 +145,8 @@ class OuroborosProposer:
             self.pool.clear()
         if cfg.prompt_phrases:
             add_prompt_phrases(self.pool, prompt, cfg.N - 1)
+        if self._output is not None:
+            self._output.begin(len(prompt))
         self.draft.prefill(prompt)
         self._inner.begin(prompt)
 
@@ -185,6 +195,8 @@ class OuroborosProposer:
                     self.pool.touch(self._key, ph.tokens)  # refresh-on-reuse
         if self.cfg.harvest and t:
             self._harvest(verdict.preds)
+        if self._output is not None:
+            self._stats["harvested:output"] += self._output.update(state.tokens, self.pool)
 
     def _harvest(self, preds: list[int]) -> None:
         tree, t, st, pool = self._tree, self._drafted, self._stats, self.pool
