@@ -85,6 +85,14 @@ def curve_series(records: Sequence[dict], param: str) -> dict[str, list[tuple[An
     return out
 
 
+def _where(records: Sequence[dict]) -> str:
+    """"model on hardware" when every record shares them (else empty)."""
+    models = {str(r["config"]["model"].get("name") or r["config"]["model"].get("kind")) for r in records}
+    hws = {str((r["config"].get("hardware") or {}).get("name")) if r.get("backend") == "sim" else "this machine"
+           for r in records}
+    return f"\n{models.pop()} on {hws.pop()}" if len(models) == 1 and len(hws) == 1 else ""
+
+
 def speedup_curve(records: Sequence[dict], param: str) -> Figure | None:
     series = curve_series(records, param)
     if not series:
@@ -96,7 +104,8 @@ def speedup_curve(records: Sequence[dict], param: str) -> Figure | None:
     ax.set_xlabel(CURVE_PARAMS[param])
     ax.set_ylabel("speedup over vanilla (x)")
     clocks = {r.get("backend") for r in records if _x(r, param) is not None}
-    ax.set_title(f"Speedup vs {CURVE_PARAMS[param]} ({'modelled' if clocks == {'sim'} else 'wall'} time)")
+    ax.set_title(f"Speedup vs {CURVE_PARAMS[param]} ({'modelled' if clocks == {'sim'} else 'wall'} time)"
+                 f"{_where([r for r in records if _x(r, param) is not None])}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     if len(series) > MAX_SERIES:
@@ -117,7 +126,7 @@ def speedup_bars(records: Sequence[dict], title: str) -> Figure | None:
         ax.annotate(f"{v:.2f}x", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(recs)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("speedup over vanilla (x)")
-    ax.set_title(title)
+    ax.set_title(title + _where(recs))
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.grid(axis="y", alpha=0.3)
     return fig
