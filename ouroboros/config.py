@@ -208,8 +208,3 @@ def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
 
 def point_id(key: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def plain(run: RunConfig) -> dict[str, Any]:
-    """The resolved config as plain JSON-able data (for records and wandb)."""
-    return dataclasses.asdict(run)

@@ -32,7 +32,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from ouroboros.backends.base import Backend, OuroborosError
-from ouroboros.config import RunConfig, point_id, point_key, validate
+from ouroboros.config import RunConfig, point_id, point_key, strategy_params, validate
 from ouroboros.datasets import Prompt, load_prompts
 from ouroboros.harness import StrategyRun, run_strategy
 from ouroboros.metrics import PromptResult, RunResult, speedup, step_dict
@@ -132,8 +132,6 @@ def versions() -> dict[str, str | None]:
 # ----------------------------------------------------------------------------------------------- records
 def label_of(run: RunConfig) -> str:
     """Display name: the strategy and the params that differ from its dataclass defaults."""
-    from ouroboros.config import strategy_params
-
     base = strategy_params(run.strategy.name)
     diff = {k: v for k, v in strategy_params(run.strategy.name, run.strategy.params).items() if base.get(k) != v}
     return run.strategy.name + "".join(f" {k}={v}" for k, v in diff.items())
