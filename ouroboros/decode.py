@@ -57,7 +57,8 @@ def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids:
     dc = proposer.counters
     room = target.max_context - len(target.tokens)
     state = DecodeState(tokens=target.tokens, prompt_len=len(target.tokens) if prompt_len is None else prompt_len,
-                        remaining=min(max_new_tokens, room), room=room)
+                        remaining=min(max_new_tokens, room), room=room,
+                        sampler=verifier if hasattr(verifier, "generator") else None)
     out: list[int] = []
     steps: list[StepRecord] = []
     stop = "budget" if max_new_tokens <= room else "context"
@@ -125,6 +126,9 @@ def decode(target: Backend, proposer: Proposer, prompt: Sequence[int], max_new_t
     check_request(target, prompt, max_new_tokens)
     prompt = [int(t) for t in prompt]
     clock = target.clock
+    begin = getattr(verifier, "begin", None)  # sampling verifiers reseed per prompt (reproducible runs)
+    if begin is not None:
+        begin(prompt_id)
     t_start = clock.now()
     target.prefill(prompt)
     proposer.begin(prompt)

@@ -14,8 +14,9 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ouroboros.backends.base import Backend
-from ouroboros.decode import decode
+from ouroboros.decode import Verifier, decode, greedy_verifier
 from ouroboros.metrics import RunResult
+from ouroboros.sampling import SamplingConfig, SamplingVerifier
 from ouroboros.strategies import build_proposer, get_spec
 
 
@@ -33,16 +34,20 @@ class StrategyRun:
 def run_strategy(run: StrategyRun, target: Backend, draft: Backend | None, prompts: Sequence[Sequence[int]],
                  max_new_tokens: int | Sequence[int], eos_ids: Sequence[int] = (),
                  prompt_ids: Sequence[str] | None = None,
-                 warmup: bool = True, progress: bool = False) -> RunResult:
+                 warmup: bool = True, progress: bool = False, sampling: SamplingConfig | None = None) -> RunResult:
+    """`sampling=None` or temperature 0: greedy verification; else the exact sampling verifier."""
     spec = get_spec(run.name)
+    verifier: Verifier = greedy_verifier
+    if sampling is not None and not sampling.greedy:
+        verifier = SamplingVerifier(sampling)
     proposer = build_proposer(run.name, run.params, target, draft if spec.needs_draft_model else None)
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     ids = list(prompt_ids) if prompt_ids is not None else [str(i) for i in range(len(prompts))]
     if warmup and prompts:
-        decode(target, proposer, prompts[0], min(8, budgets[0]), eos_ids)
+        decode(target, proposer, prompts[0], min(8, budgets[0]), eos_ids, verifier=verifier)
     results = []
     for pid, prompt, budget in tqdm(list(zip(ids, prompts, budgets, strict=True)), desc=run.display,
                                     disable=not progress, leave=False):
-        res = decode(target, proposer, prompt, budget, eos_ids, prompt_id=pid)
+        res = decode(target, proposer, prompt, budget, eos_ids, verifier=verifier, prompt_id=pid)
         results.append(res)
     return RunResult(strategy=run.display, prompts=results)

@@ -14,7 +14,7 @@ A proposer knows nothing of the loop's bookkeeping, sinks or configs other than 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ouroboros.backends.base import Counters, Scores
 from ouroboros.draft import Draft
@@ -27,6 +27,9 @@ class DecodeState:
     prompt_len: int
     remaining: int       # tokens still allowed by max_new_tokens (and the context)
     room: int            # free positions left in the target's context
+    # The run's sampling verifier (None when greedy). Proposers that draw random drafts take their draws from
+    # its stream (`sampler.generator(device)`), so draft and verification randomness come from one seeded run.
+    sampler: Any = None
 
     def max_depth(self) -> int:
         """Deepest useful draft: the bonus token needs one more slot, the context must hold the tree."""

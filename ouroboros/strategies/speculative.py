@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from ouroboros.backends.base import Backend, OuroborosError, Scores
 from ouroboros.draft import Draft
 from ouroboros.strategies.base import DecodeState
@@ -18,13 +20,49 @@ from ouroboros.strategies.vanilla import VanillaProposer
 from ouroboros.verify import Verdict
 
 
+class _DraftSampler:
+    """Inner-loop verifier for the draft model: draws each draft token from q and keeps q's rows, so the target
+    can apply the rejection rule (ouroboros.sampling, rule 2). Its draws come from the outer run's sampling
+    stream when there is one (`outer`), else from its own seeded stream (greedy runs)."""
+
+    needs_logits = True
+
+    def __init__(self, cfg):
+        from ouroboros.sampling import SamplingVerifier
+
+        self._own = SamplingVerifier(cfg)
+        self.cfg = cfg
+        self.outer = None
+        self.rows: list[torch.Tensor] = []
+
+    def begin(self, key: str) -> None:
+        self._own.begin("draft:" + key)
+
+    def __call__(self, draft: Draft, scores: Scores, state: DecodeState) -> Verdict:
+        from ouroboros.sampling import warp
+
+        q = warp(scores.logits, self.cfg)  # [1, V] (the inner proposer is vanilla: empty draft)
+        self.rows.append(q[0])
+        gen = (self.outer or self._own).generator(q.device)
+        x = int(torch.multinomial(q[0], 1, generator=gen))
+        return Verdict(path=[], tokens=[x], preds=[x], n_match=0)
+
+
 @dataclass
 class SpeculativeConfig:
-    gamma: int = 4          # draft length (paper's gamma)
+    gamma: int = 4                  # draft length (paper's gamma)
+    # Draft-side sampling (only matters when the run samples): 0 = greedy draft (a deterministic chain,
+    # verified by sampling at each node); > 0 = the chain is drawn from q and verified by Leviathan's rule.
+    draft_temperature: float = 0.0
+    draft_top_p: float = 1.0
+    draft_top_k: int = 0
+    draft_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.gamma < 1:
             raise OuroborosError(f"speculative.gamma must be >= 1, got {self.gamma}")
+        if self.draft_temperature < 0:
+            raise OuroborosError(f"speculative.draft_temperature must be >= 0, got {self.draft_temperature}")
 
 
 def check_pair(target: Backend, draft: Backend | None, who: str) -> Backend:
@@ -45,9 +83,17 @@ class SpeculativeProposer:
         self.counters = self.draft.counters
         self._inner = VanillaProposer()
         self._drafted = 0
+        self._sampler: _DraftSampler | None = None
+        if cfg.draft_temperature > 0:
+            from ouroboros.sampling import SamplingConfig
+
+            self._sampler = _DraftSampler(SamplingConfig(cfg.draft_temperature, cfg.draft_top_p, cfg.draft_top_k,
+                                                         cfg.draft_seed))
 
     def begin(self, prompt: list[int]) -> None:
         self.draft.prefill(prompt)
+        if self._sampler is not None:
+            self._sampler.begin(",".join(map(str, prompt)))
 
     def propose(self, state: DecodeState) -> Draft:
         from ouroboros.decode import run_steps  # the inner loop (import here: decode imports strategies.base)
@@ -56,9 +102,17 @@ class SpeculativeProposer:
         if gamma <= 0:
             self._drafted = 0
             return Draft()
-        res = run_steps(self.draft, self._inner, gamma)
+        if self._sampler is None:
+            res = run_steps(self.draft, self._inner, gamma)
+            self._drafted = len(res.output)
+            return Draft.chain(res.output, source="draft")
+        self._sampler.rows.clear()
+        self._sampler.outer = state.sampler
+        res = run_steps(self.draft, self._inner, gamma, verifier=self._sampler)
         self._drafted = len(res.output)
-        return Draft.chain(res.output, source="draft")
+        d = Draft.chain(res.output, source="draft")
+        d.meta["q"] = torch.stack(self._sampler.rows[: len(res.output)])  # [gamma, V] draft distributions
+        return d
 
     def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None:
         # Draft model holds prefix + d_1..d_gamma; keep d_1..d_m, then append the target's new token(s).
