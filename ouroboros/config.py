@@ -30,6 +30,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.sampling import SamplingConfig
 from ouroboros.strategies import get_spec, make_config
 
 BACKEND_KINDS = ("hf", "sim", "auto")
@@ -112,6 +113,8 @@ class RunConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     tune: TuneConfig = field(default_factory=TuneConfig)
+    # Decoding: temperature 0 = greedy (default); > 0 = exact sampling (ouroboros/sampling.py)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 64
     seed: int = 0
     warmup: bool = True         # one short untimed decode per strategy before the clock runs
@@ -166,6 +169,10 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
         raise OuroborosError("model config has neither 'kind' nor 'profile' (pick one with model=<name>)")
     if "kind" not in run.dataset:
         raise OuroborosError("dataset config has no 'kind' (pick one with dataset=<name>)")
+    SamplingConfig(**dataclasses.asdict(run.sampling))  # range checks (one line each)
+    if not run.sampling.greedy and run.backend_kind == "sim" and run.sim.get("tokens", "surrogate") != "proxy":
+        raise OuroborosError("sampling needs real next-token distributions: use backend=hf, or backend=sim with "
+                             "sim.tokens=proxy (surrogate, iid and replay token sources are deterministic)")
     if run.backend.kind not in BACKEND_KINDS:
         raise OuroborosError(f"unknown backend {run.backend.kind!r}; known: {', '.join(BACKEND_KINDS)}")
     kind = run.backend_kind
@@ -203,7 +210,9 @@ def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
             "hardware": run.hardware if backend["kind"] == "sim" else None,
             "sim": run.sim if backend["kind"] == "sim" else None,
             "max_new_tokens": run.max_new_tokens, "seed": run.seed, "warmup": run.warmup,
-            "strategy": {"name": name, "params": params}}
+            "strategy": {"name": name, "params": params},
+            # only when sampling, so greedy points keep the ids of records written before sampling existed
+            **({"sampling": dataclasses.asdict(run.sampling)} if not run.sampling.greedy else {})}
 
 
 def point_id(key: dict[str, Any]) -> str:

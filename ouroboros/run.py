@@ -273,7 +273,8 @@ class Executor:
         budgets = [p.max_new_tokens or run.max_new_tokens for p in sess.prompts]
         result = run_strategy(StrategyRun(run.strategy.name, dict(run.strategy.params), point.label), sess.target,
                               sess.draft, [p.ids for p in sess.prompts], budgets, sess.eos_ids,
-                              prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup, progress=self.console)
+                              prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup, progress=self.console,
+                              sampling=run.sampling)
         if run.strategy.name == run.baseline:
             base, baseline_id = result, point.id
         self._results[point.id] = result

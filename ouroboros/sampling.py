@@ -41,7 +41,7 @@ from ouroboros.verify import Verdict
 
 @dataclass
 class SamplingConfig:
-    temperature: float = 1.0   # 0 = greedy (use the greedy verifier instead)
+    temperature: float = 0.0   # 0 = greedy (the default everywhere; the greedy verifier runs)
     top_p: float = 1.0
     top_k: int = 0             # 0 = off
     seed: int = 0

@@ -166,8 +166,26 @@ def test_seeded_runs_are_reproducible(name):
     target = HFBackend(get_model("qwen2"))
     draft = HFBackend(get_draft("qwen2", noise=0.1))
     prompts = [[5, 6, 7, 5, 6], [9, 9, 3]]
-    runs = [run_strategy(StrategyRun(name), target, draft, prompts, 12, sampling=SamplingConfig(seed=s), warmup=False)
+    runs = [run_strategy(StrategyRun(name), target, draft, prompts, 12, sampling=SamplingConfig(1.0, seed=s),
+                         warmup=False)
             for s in (7, 7, 8)]
     outs = [[p.output for p in r.prompts] for r in runs]
     assert outs[0] == outs[1]
     assert outs[0] != outs[2]
+
+
+def test_run_config_sampling_validation():
+    from test_config import composed
+
+    from ouroboros.backends.base import OuroborosError
+    from ouroboros.config import point_id, point_key, validate
+
+    greedy = validate(composed())
+    assert greedy.sampling.greedy
+    sampled = validate(composed("sampling.temperature=0.5", "sampling.top_p=0.8"))
+    assert point_id(point_key(sampled)) != point_id(point_key(greedy))  # a sampled point is another measurement
+    with pytest.raises(OuroborosError, match="top_p must be in"):
+        validate(composed("sampling.temperature=0.5", "sampling.top_p=1.5"))
+    with pytest.raises(OuroborosError, match="sampling needs real next-token distributions"):
+        validate(composed("model=llama70b_7b", "sampling.temperature=1.0"))
+    assert not validate(composed("model=llama70b_7b", "sampling.temperature=1.0", "sim.tokens=proxy")).sampling.greedy
