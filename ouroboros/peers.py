@@ -142,14 +142,20 @@ def _gen_kwargs(name: str, params: dict[str, Any], eos_ids: Sequence[int], pad_i
 
 
 @torch.inference_mode()
-def _generate_one(name: str, params: dict[str, Any], target, draft, prompt: Sequence[int], budget: int,
-                  eos_ids: Sequence[int], pid: str) -> PromptResult:
+def generate_one(name: str, params: dict[str, Any], target, draft, prompt: Sequence[int], budget: int,
+                 eos_ids: Sequence[int], pid: str) -> PromptResult:
+    """One prompt through `generate` as peer `name` with validated `params` (see `check_peer`)."""
     device = target.get_input_embeddings().weight.device
     clock = WallClock(cuda=device.type == "cuda")
     ids = torch.tensor([list(prompt)], dtype=torch.long, device=device)  # [1, L]
     kw = _gen_kwargs(name, params, eos_ids, eos_ids[0] if eos_ids else 0)
-    if name == "hf_assisted":
+    saved = None
+    if name == "hf_assisted":  # the assistant's settings live on its generation config: set for this call only
         kw["assistant_model"] = draft
+        saved = draft.generation_config
+        draft.generation_config = copy.deepcopy(saved)
+        for k, v in params.items():
+            setattr(draft.generation_config, k, v)
     tap = _StepTap(target, draft if name == "hf_assisted" else None, clock)
     try:
         t0 = clock.now()
@@ -157,6 +163,8 @@ def _generate_one(name: str, params: dict[str, Any], target, draft, prompt: Sequ
         t1 = clock.now()
     finally:
         tap.close()
+        if saved is not None:
+            draft.generation_config = saved
     gen = out[0, ids.shape[1]:].tolist()
     eos = set(eos_ids)
     for i, t in enumerate(gen):  # generate pads after EOS in batches; batch 1 stops, but cut defensively
@@ -171,31 +179,25 @@ def _generate_one(name: str, params: dict[str, Any], target, draft, prompt: Sequ
                         proposer_stats={"draft_tokens_fed": tap.draft_tokens} if draft is not None else {})
 
 
+def check_peer_models(name: str, draft, eos_ids: Sequence[int]) -> None:
+    if not eos_ids:
+        raise OuroborosError(f"peer {name!r} needs the model's EOS ids (generate would fall back to its own)")
+    if PEERS[name].needs_draft and draft is None:
+        raise OuroborosError(f"peer {name!r} needs a draft model (set model.draft)")
+
+
 def run_peer(name: str, params: dict[str, Any] | None, target, draft, prompts: Sequence[Sequence[int]],
              max_new_tokens: int | Sequence[int], eos_ids: Sequence[int] = (),
              prompt_ids: Sequence[str] | None = None, warmup: bool = True, progress: bool = False,
              label: str | None = None) -> RunResult:
     """Run one peer over the prompts (stock models, not backends). Same record shape as `run_strategy`."""
     full = check_peer(name, params)
-    if not eos_ids:
-        raise OuroborosError(f"peer {name!r} needs the model's EOS ids (generate would fall back to its own)")
-    if PEERS[name].needs_draft and draft is None:
-        raise OuroborosError(f"peer {name!r} needs a draft model (set model.draft)")
+    check_peer_models(name, draft, eos_ids)
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     ids = list(prompt_ids) if prompt_ids is not None else [str(i) for i in range(len(prompts))]
-    saved = None
-    if name == "hf_assisted":  # the assistant's settings live on its generation config: set for this run only
-        saved = draft.generation_config
-        draft.generation_config = copy.deepcopy(saved)
-        for k, v in full.items():
-            setattr(draft.generation_config, k, v)
-    try:
-        if warmup and prompts:
-            _generate_one(name, full, target, draft, prompts[0], min(8, budgets[0]), eos_ids, "warmup")
-        results = [_generate_one(name, full, target, draft, p, b, eos_ids, pid)
-                   for pid, p, b in tqdm(list(zip(ids, prompts, budgets, strict=True)), desc=label or name,
-                                         disable=not progress, leave=False)]
-    finally:
-        if saved is not None:
-            draft.generation_config = saved
+    if warmup and prompts:
+        generate_one(name, full, target, draft, prompts[0], min(8, budgets[0]), eos_ids, "warmup")
+    results = [generate_one(name, full, target, draft, p, b, eos_ids, pid)
+               for pid, p, b in tqdm(list(zip(ids, prompts, budgets, strict=True)), desc=label or name,
+                                     disable=not progress, leave=False)]
     return RunResult(strategy=label or name, prompts=results)

