@@ -19,6 +19,7 @@ import fcntl
 import glob
 import json
 import os
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -254,15 +255,27 @@ def _log_chunks(data: bytes) -> Iterator[bytes]:
             yield buf + chunk
 
 
-def read_wandb_run(run_dir: str | os.PathLike) -> dict[str, Any]:
+def read_wandb_run(run_dir: str | os.PathLike, timeout_s: float = 30.0) -> dict[str, Any]:
     """{config, summary, history} of an offline run directory (offline-run-*)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     files = glob.glob(os.path.join(run_dir, "run-*.wandb"))
     if not files:
         raise FileNotFoundError(f"no run-*.wandb file in {run_dir}")
+    # wandb-core may still be flushing after finish() returns (seen under load): wait for the exit record
+    deadline = time.monotonic() + timeout_s
+    while True:
+        data = Path(files[0]).read_bytes()
+        kinds = set()
+        for chunk in _log_chunks(data):
+            rec = pb.Record()  # type: ignore[attr-defined]
+            rec.ParseFromString(chunk)
+            kinds.add(rec.WhichOneof("record_type"))
+        if "exit" in kinds or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     out: dict[str, Any] = {"config": {}, "summary": {}, "history": []}
-    for chunk in _log_chunks(Path(files[0]).read_bytes()):
+    for chunk in _log_chunks(data):
         rec = pb.Record()  # type: ignore[attr-defined]
         rec.ParseFromString(chunk)
         kind = rec.WhichOneof("record_type")
