@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from ouroboros.backends.base import OuroborosError, WallClock
 from ouroboros.metrics import PromptResult, RunResult, StepRecord
+from ouroboros.sampling import SamplingConfig, stream_seed
 
 
 @dataclass(frozen=True)
@@ -132,10 +133,14 @@ class _StepTap:
         return out
 
 
-def _gen_kwargs(name: str, params: dict[str, Any], eos_ids: Sequence[int], pad_id: int) -> dict[str, Any]:
+def _gen_kwargs(name: str, params: dict[str, Any], eos_ids: Sequence[int], pad_id: int,
+                sampling: SamplingConfig | None = None) -> dict[str, Any]:
     kw: dict[str, Any] = dict(do_sample=False, num_beams=1, repetition_penalty=1.0, no_repeat_ngram_size=0,
                               temperature=None, top_p=None, top_k=None, min_new_tokens=None,
                               eos_token_id=list(eos_ids), pad_token_id=pad_id, return_dict_in_generate=False)
+    if sampling is not None and not sampling.greedy:  # generate's own warpers (same order: temperature, k, p)
+        kw.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                  top_k=sampling.top_k or None)
     if name == "hf_pld":
         kw.update(params)
     return kw
@@ -143,12 +148,16 @@ def _gen_kwargs(name: str, params: dict[str, Any], eos_ids: Sequence[int], pad_i
 
 @torch.inference_mode()
 def generate_one(name: str, params: dict[str, Any], target, draft, prompt: Sequence[int], budget: int,
-                 eos_ids: Sequence[int], pid: str) -> PromptResult:
-    """One prompt through `generate` as peer `name` with validated `params` (see `check_peer`)."""
+                 eos_ids: Sequence[int], pid: str, sampling: SamplingConfig | None = None) -> PromptResult:
+    """One prompt through `generate` as peer `name` with validated `params` (see `check_peer`). With `sampling`
+    (temperature > 0), `generate(do_sample=True)` draws from torch's global RNG, seeded per prompt from
+    (seed, prompt id) so runs are reproducible (the draws differ from ours: only speed is comparable)."""
     device = target.get_input_embeddings().weight.device
     clock = WallClock(cuda=device.type == "cuda")
     ids = torch.tensor([list(prompt)], dtype=torch.long, device=device)  # [1, L]
-    kw = _gen_kwargs(name, params, eos_ids, eos_ids[0] if eos_ids else 0)
+    kw = _gen_kwargs(name, params, eos_ids, eos_ids[0] if eos_ids else 0, sampling)
+    if sampling is not None and not sampling.greedy:
+        torch.manual_seed(stream_seed(sampling.seed, pid))
     saved = None
     if name == "hf_assisted":  # the assistant's settings live on its generation config: set for this call only
         kw["assistant_model"] = draft
@@ -189,15 +198,15 @@ def check_peer_models(name: str, draft, eos_ids: Sequence[int]) -> None:
 def run_peer(name: str, params: dict[str, Any] | None, target, draft, prompts: Sequence[Sequence[int]],
              max_new_tokens: int | Sequence[int], eos_ids: Sequence[int] = (),
              prompt_ids: Sequence[str] | None = None, warmup: bool = True, progress: bool = False,
-             label: str | None = None) -> RunResult:
+             label: str | None = None, sampling: SamplingConfig | None = None) -> RunResult:
     """Run one peer over the prompts (stock models, not backends). Same record shape as `run_strategy`."""
     full = check_peer(name, params)
     check_peer_models(name, draft, eos_ids)
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     ids = list(prompt_ids) if prompt_ids is not None else [str(i) for i in range(len(prompts))]
     if warmup and prompts:
-        generate_one(name, full, target, draft, prompts[0], min(8, budgets[0]), eos_ids, "warmup")
-    results = [generate_one(name, full, target, draft, p, b, eos_ids, pid)
+        generate_one(name, full, target, draft, prompts[0], min(8, budgets[0]), eos_ids, "warmup", sampling)
+    results = [generate_one(name, full, target, draft, p, b, eos_ids, pid, sampling)
                for pid, p, b in tqdm(list(zip(ids, prompts, budgets, strict=True)), desc=label or name,
                                      disable=not progress, leave=False)]
     return RunResult(strategy=label or name, prompts=results)

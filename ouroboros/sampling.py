@@ -74,10 +74,15 @@ def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     return x.softmax(-1)
 
 
+def stream_seed(seed: int, key: str) -> int:
+    """The seed of (run seed, prompt key)'s stream."""
+    return (seed * 1_000_003 + zlib.crc32(key.encode())) % (2**63)
+
+
 def seeded_generator(seed: int, key: str, device: torch.device | str = "cpu") -> torch.Generator:
     """A generator whose stream depends only on (seed, key): runs are reproducible whatever the prompt order."""
     g = torch.Generator(device=device)
-    g.manual_seed((seed * 1_000_003 + zlib.crc32(key.encode())) % (2**63))
+    g.manual_seed(stream_seed(seed, key))
     return g
 
 

