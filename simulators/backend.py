@@ -6,6 +6,10 @@
   tree of n nodes costs n steps); every forward charges `cost.forward_s(k, ctx)` with k = tokens fed
   (pending + draft nodes, probes included) and ctx = cached tokens. Same cache convention as `hf`: the
   last committed token(s) stay pending and are fed with the next forward.
+- `LazyPreds`: the predictions a sim forward returns, each computed when first read. A TokenModel's
+  prediction is a pure function of the context state, so evaluating only the nodes a strategy reads gives
+  the same tokens as evaluating all of them; it is what makes lookahead windows cheap to simulate (the
+  proposer reads the top level's W predictions of W·(N-1) probes). The clock still charges every node.
 - `ProxyBackend`: any real backend decides the tokens (e.g. a small `hf` pair), the clock charges another
   model's cost (e.g. the large pair on an H100).
 
@@ -14,6 +18,7 @@ Knows nothing of strategies, verification or budgets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ouroboros.backends.base import Backend, Counters, OuroborosError, Scores
@@ -39,6 +44,88 @@ class SimClock:
         self.t += seconds
 
 
+_MATERIALISING = ("__iter__", "__reversed__", "__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
+                  "__ge__", "__add__", "__mul__", "__rmul__", "__repr__", "copy", "count",
+                  "index", "sort", "pop", "remove", "insert", "reverse", "__delitem__", "__iadd__", "__imul__")
+
+
+class LazyPreds(list):
+    """`Scores.preds` of one sim forward over `tokens` / `parents` (a draft tree) hanging off the state `root`:
+    preds[0] = predict(root), preds[i + 1] = predict(state after node i). States and predictions are computed
+    on first read and kept, so the object stays valid after the backend moves on. Integer reads evaluate one
+    entry; anything else (iteration, slices, comparison, copies, pickling) fills every entry first and then
+    behaves as the plain list. Unread entries hold None: C code that reads a list's items directly (bypassing
+    its methods, as some C extensions do) must get `materialise()`d preds."""
+
+    __slots__ = ("_root", "_tokens", "_parents", "_states", "_step", "_predict")
+
+    def __init__(self, root: Any, tokens: list[int], parents: list[int], step: Callable[[Any, int], Any],
+                 predict: Callable[[Any], int]):
+        n = len(tokens)
+        super().__init__([None] * (n + 1))
+        self._root, self._tokens, self._parents = root, list(tokens), list(parents)
+        self._states: list[Any] = [None] * n
+        self._step, self._predict = step, predict
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if type(i) is int:
+            v = list.__getitem__(self, i)
+            if v is None:
+                if i < 0:
+                    i += len(self)
+                v = self._predict(self.state(i - 1))
+                list.__setitem__(self, i, v)
+            return v
+        self.materialise()
+        return list.__getitem__(self, i)
+
+    def __reduce_ex__(self, protocol):  # type: ignore[override]
+        return (list, (list(self),))  # pickles and copies as the plain list
+
+    def state(self, node: int) -> Any:
+        """Context state after draft node `node` (the root for -1)."""
+        if node < 0:
+            return self._root
+        states = self._states
+        st = states[node]
+        if st is not None:
+            return st
+        parents, toks = self._parents, self._tokens
+        chain = []  # walk up to the nearest known ancestor, then step down
+        j = node
+        while j >= 0 and states[j] is None:
+            chain.append(j)
+            j = parents[j]
+        st = self._root if j < 0 else states[j]
+        step = self._step
+        for j in reversed(chain):
+            st = states[j] = step(st, toks[j])
+        return st
+
+    def materialise(self) -> list[int]:
+        """Compute every entry; returns self."""
+        get, put, predict, state = list.__getitem__, list.__setitem__, self._predict, self.state
+        for i in range(len(self)):
+            if get(self, i) is None:
+                put(self, i, predict(state(i - 1)))
+        return self
+
+
+def _materialising(name: str) -> Callable[..., Any]:
+    base = getattr(list, name)
+
+    def method(self: LazyPreds, *args: Any, **kwargs: Any) -> Any:
+        self.materialise()
+        return base(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+for _name in _MATERIALISING:
+    setattr(LazyPreds, _name, _materialising(_name))
+
+
 class SimBackend:
     def __init__(self, lm: TokenModel, cost: CostModel, clock: SimClock, max_context: int = 4096,
                  name: str = "model"):
@@ -53,7 +140,7 @@ class SimBackend:
         self.counters = Counters()
         self.busy_s = 0.0                        # modelled seconds charged by this backend (prefill included)
         self._states: list[Any] = [lm.start()]   # _states[i] = state of tokens[:i]
-        self._node_states: list[Any] = []
+        self._scored = LazyPreds(None, [], [], lm.step, lm.predict)  # the last forward's predictions
         self._scored_pending = 0
         self._scored_nodes = -1
 
@@ -86,32 +173,17 @@ class SimBackend:
         n_p = len(self.tokens) - self.cache_len
         if n_p <= 0:
             raise RuntimeError("no pending token to score from (call prefill first)")
-        lm_step, predict = self.lm.step, self.lm.predict
-        root = self._states[-1]
-        preds = [predict(root)]
-        states: list[Any] = []
-        toks = draft.tokens
-        if draft.is_chain:
-            st = root
-            for t in toks:
-                st = lm_step(st, t)
-                states.append(st)
-                preds.append(predict(st))
-        else:
-            for t, p in zip(toks, draft.parents, strict=True):
-                st = lm_step(states[p] if p >= 0 else root, t)
-                states.append(st)
-                preds.append(predict(st))
-        n = len(toks)
+        n = len(draft.tokens)
+        preds = LazyPreds(self._states[-1], draft.tokens, draft.parents, self.lm.step, self.lm.predict)
         dt = self.cost.forward_s(n_p + n, self.cache_len)
         self.clock.t += dt
         self.busy_s += dt
         c = self.counters
         c.forwards += 1
         c.tokens += n_p + n
-        self._node_states = states
+        self._scored = preds
         self._scored_pending, self._scored_nodes = n_p, n
-        return Scores(preds=preds, logits=self._one_hot(preds) if want_logits else None)
+        return Scores(preds=preds, logits=self._one_hot(preds.materialise()) if want_logits else None)
 
     def _one_hot(self, preds: list[int]):
         """Greedy-only scores as logits: 0 at the chosen token, -inf elsewhere ([n + 1, V] float32)."""
@@ -126,9 +198,9 @@ class SimBackend:
             raise RuntimeError("commit() without a preceding score()")
         base = self.cache_len + self._scored_pending
         m = len(path)
-        states, node_states = self._states, self._node_states
+        states, state = self._states, self._scored.state
         for i in path:
-            states.append(node_states[i])
+            states.append(state(i))
         if len(new_tokens) > m:
             step, st = self.lm.step, states[-1]
             for t in new_tokens[m:]:

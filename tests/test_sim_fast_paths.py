@@ -1,0 +1,73 @@
+"""The simulator's fast paths give exactly what the plain paths give: lazily evaluated predictions
+(`LazyPreds`) equal eager ones, whatever is read first, and behave as a plain list everywhere else."""
+
+import copy
+import pickle
+import random
+
+import pytest
+import yaml
+
+from ouroboros.draft import Draft
+from simulators import make_pair
+from simulators.backend import LazyPreds
+
+MODEL = yaml.safe_load(open("conf/model/yi34b_6b.yaml"))
+HW = yaml.safe_load(open("conf/hardware/a800x2.yaml"))
+
+
+def random_tree(rng: random.Random, n: int, vocab: int) -> Draft:
+    d = Draft()
+    for _ in range(n):
+        d.add_node(rng.randrange(vocab), rng.randrange(-1, len(d)), "x")
+    return d
+
+
+def eager(lm, root, draft: Draft) -> list[int]:
+    states, out = [], [lm.predict(root)]
+    for t, p in zip(draft.tokens, draft.parents, strict=True):
+        st = lm.step(states[p] if p >= 0 else root, t)
+        states.append(st)
+        out.append(lm.predict(st))
+    return out
+
+
+@pytest.mark.parametrize("tokens", ["surrogate", "iid"])
+@pytest.mark.parametrize("side", ["target", "draft"])
+def test_lazy_preds_equal_eager_in_any_read_order(tokens, side):
+    pair = make_pair(MODEL, HW, {"tokens": tokens}, seed=2)
+    lm = getattr(pair, side).lm
+    rng = random.Random(0)
+    for _ in range(30):
+        root = lm.start()
+        for t in pair.default_prompts(1, rng.randrange(100))[0].ids:
+            root = lm.step(root, t)
+        d = random_tree(rng, rng.randrange(0, 25), lm.vocab_size)
+        ref = eager(lm, root, d)
+        lazy = LazyPreds(root, d.tokens, d.parents, lm.step, lm.predict)
+        order = list(range(-len(ref), len(ref)))
+        rng.shuffle(order)
+        for i in order[: len(order) // 3]:
+            assert lazy[i] == ref[i]
+        assert lazy == ref and list(lazy) == ref and lazy[1:] == ref[1:]
+
+
+def test_lazy_preds_behave_as_a_list():
+    table = {(): 7}
+
+    def step(st, t):
+        return st + (t,)
+
+    def predict(st):
+        return table.get(st, len(st) * 10 + (st[-1] if st else 0))
+
+    lazy = LazyPreds((), [1, 2, 3], [-1, 0, -1], step, predict)  # node 2 hangs off the root
+    assert lazy[3] == 13 and lazy[0] == 7
+    assert list.__getitem__(lazy, 1) is None  # unread entries are not computed
+    assert lazy.state(1) == (1, 2) and lazy.state(-1) == ()
+    assert lazy == [7, 11, 22, 13] and repr(lazy) == "[7, 11, 22, 13]"
+    for other in (copy.copy(lazy), copy.deepcopy(lazy), pickle.loads(pickle.dumps(lazy))):
+        assert type(other) is list and other == [7, 11, 22, 13]
+    fresh = LazyPreds((), [1, 2, 3], [-1, 0, -1], step, predict)
+    assert 22 in fresh and fresh.index(13) == 3 and fresh + [0] == [7, 11, 22, 13, 0]
+    assert len(LazyPreds((), [], [], step, predict)) == 1
