@@ -28,6 +28,7 @@ import inspect
 import random
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Protocol
@@ -36,6 +37,9 @@ from ouroboros.backends.base import OuroborosError
 
 EOS_ID = 0
 _MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_INV53 = 1.0 / (1 << 53)
+State = tuple[int, tuple[int, ...]]  # (position, last tail_len tokens)
 _PIECE = re.compile(r"[A-Za-z_]+|[0-9]+| +|\n|.", re.DOTALL)
 
 # Standard-library modules whose source makes the "code" corpus (about 0.5 MB; stable, plain Python).
@@ -47,7 +51,7 @@ CODE_MODULES = ("argparse", "bisect", "calendar", "configparser", "contextlib", 
 def uniform(h: int) -> float:
     """A float in [0, 1) from a hash (Python's tuple hash is already xxHash-mixed; one Fibonacci multiply
     spreads it to the top bits)."""
-    return (((h * 0x9E3779B97F4A7C15) & _MASK64) >> 11) * (1.0 / (1 << 53))
+    return (((h * _GOLDEN) & _MASK64) >> 11) * _INV53
 
 
 class TokenModel(Protocol):
@@ -150,11 +154,15 @@ class NGramLM:
         self.table = ngram_table(corpus, vocab_size, order, top)
         self.order, self.tail_len, self.p_top, self.seed = order, tail_len, p_top, seed
         self._memo: dict[tuple, int] = {}
+        self._backoff: dict[tuple[int, ...], tuple[int, ...]] = {}  # last `order` tokens -> candidates (() = none)
+        # The hot paths: closures equal to `reference_step` / `reference_predict` (tests/test_sim_fast_paths.py).
+        self.step: Callable[[State, int], State] = self._fast_step()
+        self.predict: Callable[[State], int] = self._fast_predict()
 
-    def start(self) -> tuple[int, tuple[int, ...]]:
+    def start(self) -> State:
         return (0, ())
 
-    def step(self, state: tuple[int, tuple[int, ...]], token: int) -> tuple[int, tuple[int, ...]]:
+    def reference_step(self, state: State, token: int) -> State:
         tail = state[1] + (token,)
         return (state[0] + 1, tail[-self.tail_len:] if len(tail) > self.tail_len else tail)
 
@@ -166,19 +174,58 @@ class NGramLM:
                 return c
         return (int(uniform(hash((tail, self.seed))) * (self.vocab_size - 1)) + 1,)
 
-    def predict(self, state: tuple[int, tuple[int, ...]]) -> int:
-        out = self._memo.get(state)
-        if out is None:
-            cands = self.candidates(state[1])
-            u = uniform(hash((state, self.seed)))
-            if u < self.p_top or len(cands) == 1:
+    def reference_predict(self, state: State) -> int:
+        cands = self.candidates(state[1])
+        u = uniform(hash((state, self.seed)))
+        if u < self.p_top or len(cands) == 1:
+            return cands[0]
+        return cands[1 + min(int((u - self.p_top) / (1 - self.p_top) * (len(cands) - 1)), len(cands) - 2)]
+
+    def _fast_step(self) -> Callable[[State, int], State]:
+        cut = -self.tail_len
+
+        def step(state: State, token: int) -> State:
+            return (state[0] + 1, (state[1] + (token,))[cut:])  # a short tail's full slice is the tail itself
+
+        return step
+
+    def _fast_predict(self) -> Callable[[State], int]:
+        """`reference_predict`, memoised per state, with the back-off search memoised per context (the last
+        `order` tokens decide it, except the unknown-context fallback, which hashes the whole tail)."""
+        memo, backoff, table, candidates = self._memo, self._backoff, self.table, self.candidates
+        order, seed, p_top = self.order, self.seed, self.p_top
+        span = 1 - p_top
+        mult, mask, scale = _GOLDEN, _MASK64, _INV53
+
+        def predict(state: State) -> int:
+            out = memo.get(state)
+            if out is not None:
+                return out
+            tail = state[1]
+            ctx = tail[-order:]
+            cands = backoff.get(ctx)
+            if cands is None:
+                cands = ()
+                for n in range(len(ctx), 0, -1):
+                    c = table.get(ctx[-n:])
+                    if c:
+                        cands = c
+                        break
+                backoff[ctx] = cands
+            if not cands:
+                cands = candidates(tail)
+            u = (((hash((state, seed)) * mult) & mask) >> 11) * scale  # uniform(hash((state, seed)))
+            if u < p_top or len(cands) == 1:
                 out = cands[0]
             else:
-                out = cands[1 + min(int((u - self.p_top) / (1 - self.p_top) * (len(cands) - 1)), len(cands) - 2)]
-            if len(self._memo) > 1_000_000:
-                self._memo.clear()
-            self._memo[state] = out
-        return out
+                out = cands[1 + min(int((u - p_top) / span * (len(cands) - 1)), len(cands) - 2)]
+            if len(memo) > 1_000_000:
+                memo.clear()
+                backoff.clear()
+            memo[state] = out
+            return out
+
+        return predict
 
     def prompts(self, n: int, seed: int, min_len: int = 32, max_len: int = 96) -> list[list[int]]:
         """Prompts cut from the corpus: for code, starting at a `def`; each `min_len..max_len` tokens."""
@@ -208,30 +255,54 @@ class NoisyDraftLM:
         self.burst_len, self.content_len, self.p_shift, self.seed = burst_len, content_len, p_shift, seed
         self.start, self.step = target.start, target.step
         self._memo: dict[tuple, int] = {}
+        self._hard: dict[int, bool] = {}  # stretch index -> hard?
+        self.predict: Callable[[State], int] = self._fast_predict()  # == reference_predict, memoised
 
-    def predict(self, state: tuple[int, tuple[int, ...]]) -> int:
-        q = self._memo.get(state)
-        if q is None:
-            q = self._predict(state)
-            if len(self._memo) > 1_000_000:
-                self._memo.clear()
-            self._memo[state] = q
-        return q
+    def _is_hard(self, stretch: int) -> bool:
+        return uniform(hash((stretch, self.seed, 7))) < self.hard_frac
 
-    def _predict(self, state: tuple[int, tuple[int, ...]]) -> int:
+    def reference_predict(self, state: State) -> int:
         t = self.target
-        p = t.predict(state)
-        tail = state[1]
-        hard = uniform(hash((state[0] // self.burst_len, self.seed, 7))) < self.hard_frac
-        u = uniform(hash((tail[-self.content_len:], self.seed)))
+        p = t.reference_predict(state)
+        hard = self._is_hard(state[0] // self.burst_len)
+        u = uniform(hash((state[1][-self.content_len:], self.seed)))
         if u < (self.alpha_hard if hard else self.alpha_easy):
             return p
+        return self._mismatch(state, p)
+
+    def _mismatch(self, state: State, p: int) -> int:
+        t, tail = self.target, state[1]
         if uniform(hash((tail, self.seed, 3))) < self.p_shift:      # one place too early: the token after p
             q = t.predict(t.step(state, p))
         else:                                                       # the target's runner-up
             cands = t.candidates(tail)
             q = cands[1] if len(cands) > 1 and cands[0] == p else cands[0]
         return q if q != p else (p % (self.vocab_size - 1)) + 1
+
+    def _fast_predict(self) -> Callable[[State], int]:
+        memo, hard_of, is_hard, mismatch, target_predict = self._memo, self._hard, self._is_hard, self._mismatch, \
+            self.target.predict
+        burst_len, cut, seed = self.burst_len, -self.content_len, self.seed
+        alpha_easy, alpha_hard = self.alpha_easy, self.alpha_hard
+        mult, mask, scale = _GOLDEN, _MASK64, _INV53
+
+        def predict(state: State) -> int:
+            q = memo.get(state)
+            if q is not None:
+                return q
+            p = target_predict(state)
+            stretch = state[0] // burst_len
+            hard = hard_of.get(stretch)
+            if hard is None:
+                hard = hard_of[stretch] = is_hard(stretch)
+            u = (((hash((state[1][cut:], seed)) * mult) & mask) >> 11) * scale
+            q = p if u < (alpha_hard if hard else alpha_easy) else mismatch(state, p)
+            if len(memo) > 1_000_000:
+                memo.clear()
+            memo[state] = q
+            return q
+
+        return predict
 
 
 class IIDDraftLM:

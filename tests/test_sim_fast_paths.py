@@ -71,3 +71,19 @@ def test_lazy_preds_behave_as_a_list():
     fresh = LazyPreds((), [1, 2, 3], [-1, 0, -1], step, predict)
     assert 22 in fresh and fresh.index(13) == 3 and fresh + [0] == [7, 11, 22, 13, 0]
     assert len(LazyPreds((), [], [], step, predict)) == 1
+
+
+@pytest.mark.parametrize("corpus", ["code", "prose"])
+def test_fast_surrogate_equals_reference(corpus):
+    pair = make_pair(MODEL, HW, {"corpus": corpus, "alpha_easy": 0.7, "alpha_hard": 0.3}, seed=5)
+    p, q = pair.target.lm, pair.draft.lm
+    rng = random.Random(1)
+    assert p.predict(p.start()) == p.reference_predict(p.start())  # the empty context: the hashed fallback
+    for _ in range(300):
+        st, ref = p.start(), p.start()
+        toks = pair.default_prompts(1, rng.randrange(50))[0].ids[: rng.randrange(0, 12)]
+        toks += [rng.randrange(p.vocab_size) for _ in range(rng.randrange(0, 4))]  # unseen contexts too
+        for t in toks:
+            st, ref = p.step(st, t), p.reference_step(ref, t)
+            assert st == ref
+            assert p.predict(st) == p.reference_predict(st) and q.predict(st) == q.reference_predict(st)
