@@ -1,0 +1,59 @@
+"""`simulators.validate paper` machinery: the fast SpS replay equals the decode loop, the HF draft-length schedule
+is lossless and follows transformers' rule, the agreement fit hits its target, overheads add per forward."""
+
+from dataclasses import replace
+
+import pytest
+
+from ouroboros.decode import decode
+from ouroboros.strategies import build_proposer
+from simulators.validate import TASKS, HFScheduleSpS, Run, Trace, fit_agreement, run, sps_plan, task_pair
+
+SMALL = replace(TASKS[3], max_new=40)  # CNN/DM settings, short outputs
+
+
+@pytest.mark.parametrize("setting", ["1", "4", "hf"])
+def test_sps_replay_equals_the_loop(setting):
+    params = {"schedule": "hf"} if setting == "hf" else {"gamma": int(setting)}
+    real = run(SMALL, "speculative", params, 0.9, 3, 0)
+    plan = sps_plan(Trace(SMALL, 3, 0), 0.9, setting)
+    assert (plan.new_tokens, plan.steps, plan.target_fw, plan.draft_fw) == \
+        (real.new_tokens, real.steps, real.target_fw, real.draft_fw)
+    assert plan.target_s == pytest.approx(real.target_s, rel=1e-9)
+    assert plan.draft_s == pytest.approx(real.draft_s, rel=0.01)  # the replay rounds the draft's ctx
+
+
+def test_hf_schedule_is_lossless_and_follows_the_rule():
+    pair = task_pair(SMALL, 0.8, 0)
+    sps = HFScheduleSpS(pair.target, pair.draft)
+    van = task_pair(SMALL, 0.8, 0)
+    for p in pair.default_prompts(2, 0):
+        seen = []
+        orig = sps.observe
+
+        def spy(verdict, scores, state, orig=orig, seen=seen):
+            before = sps.n
+            orig(verdict, scores, state)
+            seen.append((before, len(verdict.path), sps.n))
+
+        sps.observe = spy  # type: ignore[method-assign]
+        out = decode(pair.target, sps, p.ids, 40, pair.eos_ids).output
+        ref = decode(van.target, build_proposer("vanilla", {}, van.target), p.ids, 40, van.eos_ids).output
+        assert out == ref
+        for before, m, after in seen:
+            assert after == (before + 2 if m == before else max(1, before - 1))
+        sps.observe = orig  # type: ignore[method-assign]
+
+
+def test_fit_agreement_hits_the_target():
+    tr = Trace(SMALL, 3, 0)
+    a = fit_agreement(tr, "4", 3.0)
+    assert a is not None and 0 < a < 1
+    assert sps_plan(tr, a, "4", with_cost=False).eta == pytest.approx(3.0, rel=0.05)
+    assert fit_agreement(tr, "1", 2.5) is None  # beyond gamma + 1
+
+
+def test_overheads_add_per_forward():
+    r = Run(new_tokens=10, steps=4, target_s=1.0, draft_s=0.5, target_fw=5, draft_fw=20)
+    assert r.eta == 2.5
+    assert r.tps(0.1, 0.01) == pytest.approx(10 / (1.0 + 0.5 + 0.5 + 0.2))
