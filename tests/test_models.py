@@ -132,3 +132,30 @@ def test_real_smollm2_loads_and_answers():
     target = HFBackend(pair.target)
     res = decode(target, build_proposer("vanilla", {}, target), ids, 16, pair.eos_ids)
     assert "Paris" in pair.tokenizer.decode(res.output)  # type: ignore
+
+
+def test_bf16_upcast_routes_only_large_inputs_and_matches_an_fp32_product(dirs):
+    from ouroboros.models import _upcast_linear, upcast_bf16_linears
+
+    pair = load_pair({"kind": "hf", "target": str(dirs["t"]), "bf16_upcast_rows": 4}, dtype="bfloat16")
+    routed = [m for m in pair.target.modules() if isinstance(m, torch.nn.Linear) and "forward" in vars(m)]
+    assert len(routed) == sum(isinstance(m, torch.nn.Linear) for m in pair.target.modules()) > 0
+    lin = routed[0]
+    torch.manual_seed(0)
+    small, big = torch.randn(1, 3, lin.in_features).bfloat16(), torch.randn(2, 2, lin.in_features).bfloat16()
+    native = torch.nn.functional.linear
+    assert torch.equal(lin(small), native(small, lin.weight, lin.bias))             # 3 rows < 4: torch's bf16 kernel
+    ref = native(big.double(), lin.weight.double(), None if lin.bias is None else lin.bias.double())
+    out = lin(big)                                                                 # 4 rows: the fp32 product
+    assert out.dtype == torch.bfloat16 and torch.equal(out, _upcast_linear(lin, 4, big))
+    assert torch.allclose(out.double(), ref, rtol=1e-2, atol=1e-2)
+    with torch.no_grad():  # the whole model: same greedy prefix either way, logits within bf16 rounding
+        ids = torch.tensor([[2, 3, 4, 5, 6, 7]])
+        off = load_pair({"kind": "hf", "target": str(dirs["t"]), "bf16_upcast_rows": 0}, dtype="bfloat16")
+        a, b = pair.target(input_ids=ids).logits, off.target(input_ids=ids).logits
+        assert torch.allclose(a.float(), b.float(), atol=0.1)
+    assert upcast_bf16_linears(off.target, 0) == 0
+    fp32 = load_pair({"kind": "hf", "target": str(dirs["t"]), "bf16_upcast_rows": 4}, dtype="float32")
+    assert not any("forward" in vars(m) for m in fp32.target.modules())            # only bf16 weights are routed
+    with pytest.raises(OuroborosError, match="bf16_upcast_rows must be >= 0"):
+        load_pair({"kind": "hf", "target": str(dirs["t"]), "bf16_upcast_rows": -1})
