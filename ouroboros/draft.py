@@ -18,8 +18,10 @@ node 1 sees nodes {0, 1}, node 2 sees {2} (plus all committed context in every c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where masks are built: the simulator never needs it
+    import torch
 
 CANDIDATE = 0
 PROBE = 1
@@ -68,6 +70,26 @@ class Draft:
         if parent == i - 1 and self.trunk_len == i:
             self.trunk_len = i + 1
         return i
+
+    def extend(self, tokens: list[int], parents: list[int], depths: list[int], source: str,
+               kind: int = CANDIDATE) -> int:
+        """Append nodes in bulk (node j: tokens[j] under parents[j], an absolute index, at depths[j]) and return
+        the first new index. Unchecked fast path for a shape the caller built (a lookahead window);
+        `validate()` checks a whole draft. The trunk grows as with `add_node`."""
+        i0 = len(self.tokens)
+        n = len(tokens)
+        self.tokens.extend(tokens)
+        self.parents.extend(parents)
+        self.depths.extend(depths)
+        self.kinds.extend([kind] * n)
+        self.sources.extend([source] * n)
+        t = self.trunk_len
+        if t == i0:
+            par, end = self.parents, i0 + n
+            while t < end and par[t] == t - 1:
+                t += 1
+            self.trunk_len = t
+        return i0
 
     def add_path(self, tokens: list[int], parent: int = -1, source: str = "draft", kind: int = CANDIDATE,
                  merge: bool = True) -> list[int]:
@@ -124,6 +146,8 @@ class Draft:
 
 def ancestor_matrix(parents: list[int]) -> torch.Tensor:
     """Bool [n, n]: row i is True at i and at every ancestor of i (the tree part of the attention mask)."""
+    import torch
+
     n = len(parents)
     anc = torch.eye(n, dtype=torch.bool)
     for i, p in enumerate(parents):
@@ -136,6 +160,8 @@ def tree_attention(parents: list[int], n_prefix: int) -> torch.Tensor:
     """Bool [n_prefix + n, n_prefix + n] attention among the tokens of one forward: `n_prefix` uncached
     committed tokens (causal among themselves) followed by the draft nodes (each sees every prefix token and
     its own ancestors). Cached context is not included: every query sees all of it."""
+    import torch
+
     n = len(parents)
     q = n_prefix + n
     mask = torch.zeros(q, q, dtype=torch.bool)
@@ -149,6 +175,8 @@ def additive_mask(parents: list[int], n_prefix: int, n_cached: int, dtype: torch
                   device: torch.device | str = "cpu") -> torch.Tensor:
     """Float [1, 1, q, n_cached + q] additive mask (0 = attend, dtype-min = blocked), the form every stock
     attention implementation (eager, sdpa) accepts as a ready 4-D mask."""
+    import torch
+
     allowed = tree_attention(parents, n_prefix)
     q = allowed.shape[0]
     full = torch.ones(q, n_cached + q, dtype=torch.bool)

@@ -83,7 +83,7 @@ class PhrasePool:
         bucket = self._by_key.get(key)
         if not bucket or k <= 0:
             return []
-        out = []
+        out: list[Phrase] = []
         lru, epoch = self._lru, self.epoch
         for toks in reversed(bucket):
             src, ep = lru[(key, toks)]
@@ -119,22 +119,24 @@ class PhrasePool:
         if not toks:
             return False
         gk = (key, toks)
-        ent = self._lru.get(gk)
+        lru = self._lru
+        ent = lru.get(gk)
         bucket = self._by_key.get(key)
         if ent is not None:
             ent[0], ent[1] = source, self.epoch
-            self._lru.move_to_end(gk)
+            lru.move_to_end(gk)
             del bucket[toks]  # type: ignore[union-attr]
             bucket[toks] = None  # type: ignore[index]
             return False
         if bucket is None:
             bucket = self._by_key[key] = {}
         bucket[toks] = None
-        self._lru[gk] = [source, self.epoch]
-        self.n_bytes += phrase_bytes(toks)
+        lru[gk] = [source, self.epoch]
+        self.n_bytes += TOKEN_BYTES * (1 + len(toks))  # phrase_bytes(toks)
         if len(bucket) > self.per_key:
             self._drop(key, next(iter(bucket)))
-        self._enforce_global()
+        if self.max_phrases or self.max_bytes:
+            self._enforce_global()
         return True
 
     def touch(self, key: int, tokens) -> None:

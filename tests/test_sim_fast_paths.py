@@ -87,3 +87,25 @@ def test_fast_surrogate_equals_reference(corpus):
             st, ref = p.step(st, t), p.reference_step(ref, t)
             assert st == ref
             assert p.predict(st) == p.reference_predict(st) and q.predict(st) == q.reference_predict(st)
+
+
+@pytest.mark.parametrize("n_cand", [0, 1, 3])
+@pytest.mark.parametrize("W,L", [(1, 1), (3, 1), (4, 3)])
+def test_window_probes_in_bulk_equal_node_by_node(n_cand, W, L):
+    from ouroboros.draft import PROBE
+    from ouroboros.strategies.lookahead import JacobiWindow
+
+    rng = random.Random(W * 10 + L)
+    w = JacobiWindow(W, L + 1)
+    w.levels = [[rng.randrange(50) for _ in range(W)] for _ in range(L)]
+    fast, ref = Draft.chain(list(range(n_cand))), Draft.chain(list(range(n_cand)))
+    nodes = w.add_probes(fast)
+    parent, rows = -1, []  # the layout node by node: level-0 chain under the root, (l, i) under (l - 1, i)
+    for t in w.levels[0]:
+        parent = ref.add_node(t, parent, "window", PROBE)
+        rows.append(parent)
+    ref_nodes = [rows]
+    for lvl in w.levels[1:]:
+        ref_nodes.append([ref.add_node(t, ref_nodes[-1][i], "window", PROBE) for i, t in enumerate(lvl)])
+    assert nodes == ref_nodes and fast == ref
+    fast.validate()

@@ -53,12 +53,13 @@ def hang_phrases(draft: Draft, phrases: list[Phrase], parent: int, max_len: int)
     children there yet; node sources are "pool:<phrase source>". Returns each phrase's node indices."""
     index: dict[tuple[int, int], int] = {}
     out = []
+    add, get = draft.add_node, index.get
     for ph in phrases:
-        p, nodes = parent, []
+        p, nodes, src = parent, [], "pool:" + ph.source
         for t in ph.tokens[:max_len]:
-            node = index.get((p, t))
+            node = get((p, t))
             if node is None:
-                node = index[(p, t)] = draft.add_node(t, p, "pool:" + ph.source)
+                node = index[(p, t)] = add(t, p, src)
             nodes.append(node)
             p = node
         out.append(nodes)
@@ -71,6 +72,7 @@ class JacobiWindow:
     def __init__(self, W: int, N: int):
         self.W, self.N = W, N
         self.levels: list[list[int]] = []
+        self._shapes: dict[tuple[int, int], tuple[list[int], list[int]]] = {}  # (first index, levels) -> layout
 
     def reset(self, prompt: list[int], rng: random.Random) -> None:
         self.levels = [[prompt[rng.randrange(len(prompt))] for _ in range(self.W)]]
@@ -81,17 +83,25 @@ class JacobiWindow:
         return self.W - 1 + len(self.levels) - 1
 
     def add_probes(self, draft: Draft) -> list[list[int]]:
-        nodes: list[list[int]] = []
-        parent = -1
-        row = []
-        for t in self.levels[0]:
-            parent = draft.add_node(t, parent, "window", PROBE)
-            row.append(parent)
-        nodes.append(row)
-        for lvl in self.levels[1:]:
-            below = nodes[-1]
-            nodes.append([draft.add_node(t, below[i], "window", PROBE) for i, t in enumerate(lvl)])
-        return nodes
+        """Hang the window under the root as PROBE nodes; returns each level's node indices."""
+        W, L, b = self.W, len(self.levels), len(draft)
+        shape = self._shapes.get((b, L))
+        if shape is None:
+            shape = self._shapes[(b, L)] = self._shape(b, L)
+        parents, depths = shape
+        draft.extend([t for lvl in self.levels for t in lvl], parents, depths, "window", PROBE)
+        return [list(range(b + lv * W, b + (lv + 1) * W)) for lv in range(L)]
+
+    def _shape(self, b: int, L: int) -> tuple[list[int], list[int]]:
+        """Parents and depths of an L-level window whose first node gets index b: level 0 is a chain under the
+        root, cell (l, i) hangs under (l - 1, i) at depth i + l."""
+        W = self.W
+        parents = [-1] + [b + i - 1 for i in range(1, W)]
+        depths = list(range(W))
+        for lv in range(1, L):
+            parents += [b + (lv - 1) * W + i for i in range(W)]
+            depths += [i + lv for i in range(W)]
+        return parents, depths
 
     def update(self, preds: list[int], nodes: list[list[int]], pool: PhrasePool, source: str) -> int:
         """Take the top level's predictions; harvest n-grams once the window is full. Returns n-grams added."""
@@ -101,8 +111,10 @@ class JacobiWindow:
             levels.append(new)
             return 0
         added = 0
-        for i in range(self.W):
-            added += pool.add(levels[0][i], [lvl[i] for lvl in levels[1:]] + [new[i]], source)
+        add = pool.add
+        columns = zip(*levels[1:], new, strict=True)  # column i: (level_1[i], ..., new[i])
+        for key, phrase in zip(levels[0], columns, strict=True):
+            added += add(key, phrase, source)
         self.levels = levels[1:] + [new]
         return added
 

@@ -10,14 +10,16 @@ pending and are fed with the next draft forward).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
 from ouroboros.draft import Draft
 from ouroboros.strategies.base import DecodeState
 from ouroboros.strategies.vanilla import VanillaProposer
 from ouroboros.verify import Verdict
+
+if TYPE_CHECKING:  # torch is needed by sampled drafts only (imported there)
+    import torch
 
 
 class _DraftSampler:
@@ -39,6 +41,8 @@ class _DraftSampler:
         self._own.begin("draft:" + key)
 
     def __call__(self, draft: Draft, scores: Scores, state: DecodeState) -> Verdict:
+        import torch
+
         from ouroboros.sampling import warp
 
         q = warp(scores.logits, self.cfg)  # [1, V] (the inner proposer is vanilla: empty draft)
@@ -106,6 +110,8 @@ class SpeculativeProposer:
             res = run_steps(self.draft, self._inner, gamma)
             self._drafted = len(res.output)
             return Draft.chain(res.output, source="draft")
+        import torch
+
         self._sampler.rows.clear()
         self._sampler.outer = state.sampler
         res = run_steps(self.draft, self._inner, gamma, verifier=self._sampler)
