@@ -1,13 +1,18 @@
 """Cost model: seconds for ONE forward of k new tokens over ctx cached tokens,
 
     t(k, ctx) = fixed_s + token_s * k + max(weight_s, flop_s_per_token * ceil(k / tile) * tile)
-                + kv_s_per_ctx * ctx + attn_s_per_q_ctx * k * ctx
+                + kv_s_per_ctx * ctx + attn_s_per_q_ctx * k * (ctx + k)
 
 - fixed_s: per-forward framework / launch / per-layer overheads (large in HF eager mode) + pipeline hops;
 - token_s: per-token costs that are neither weight reads nor matmuls (activation transfers, elementwise);
 - max(...): the roofline of the weight matmuls (all decoder layers + LM head): reading every weight once
   (memory bound, small k) vs 2 * params FLOP per token (compute bound, large k), k rounded up to the tile;
-- kv_s_per_ctx: reading one cached token's K and V in every layer; attn_s_per_q_ctx: QK^T and AV FLOPs.
+- kv_s_per_ctx: reading one cached token's K and V in every layer; attn_s_per_q_ctx: the QK^T and AV cost of one
+  query x one key (the k new tokens attend to the ctx cached ones and to each other: k x (ctx + k) pairs).
+  With `attention: eager` in the hardware profile (HF transformers' eager LlamaAttention, as the Ouroboros
+  paper's code runs) the score matrix [heads, k, ctx + k] is materialised in memory (fp16 scores, scaling, mask
+  add, fp32 softmax, cast back: 24 bytes per element at fp16) and the KV cache is copied (torch.cat of the
+  legacy cache) and expanded to all heads (GQA repeat_kv) every forward; both are memory traffic at bw.
 
 Three ways in: `from_spec` (model profile x hardware profile x dtype, with placement: single device,
 pipeline = device_map="auto" (layers run one device after another), tensor parallel), `scaled_to` (a
@@ -64,7 +69,7 @@ class CostModel:
         kt = -(-k // self.tile) * self.tile
         mm = self.flop_s_per_token * kt
         return (self.fixed_s + self.token_s * k + (mm if mm > self.weight_s else self.weight_s)
-                + ctx * (self.kv_s_per_ctx + self.attn_s_per_q_ctx * k))
+                + ctx * self.kv_s_per_ctx + self.attn_s_per_q_ctx * k * (ctx + k))
 
     def scaled(self, factor: float) -> CostModel:
         if not factor > 0:
@@ -94,7 +99,15 @@ def from_spec(model: ModelProfile, hw: Hardware, dtype: str = "fp16") -> CostMod
     weight_s = model.read_params * b / bw
     flop_tok = 2.0 * model.read_params / fl
     kv = model.kv_bytes_per_token(b) / bw
-    attn = 4.0 * model.layers * model.hidden / fl  # QK^T + AV: 2 FLOP x hidden each, per query x cached token
+    attn = 4.0 * model.layers * model.hidden / fl  # QK^T + AV: 2 FLOP x hidden each, per query x key
+    if hw.attention == "eager":
+        # materialised scores: QK^T write 1, scaling r/w 2, mask add r/w 2, fp32 softmax r 1 + w 2, cast r 2 + w 1,
+        # AV read 1 = 12 element-sized (b) accesses per query x key x head x layer
+        attn += 12.0 * b * model.heads * model.layers / bw
+        # legacy cache: torch.cat reads and writes the layer's K, V; GQA repeat_kv writes and reads them per head
+        kv += 2 * model.kv_bytes_per_token(b) / bw
+        if model.kv_heads != model.heads:
+            kv += 2 * 2 * model.layers * model.hidden * b / bw
     fixed = hw.forward_overhead_s + model.layers * hw.layer_overhead_s
     token = 0.0
     link = hw.link_gb_s * 1e9
@@ -177,7 +190,7 @@ def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name
 
         def model(x, kt=kt):
             fixed, token, weight, flop, kv, attn = x
-            return fixed + token * k + np.maximum(weight, flop * kt) + ctx * (kv + attn * k)
+            return fixed + token * k + np.maximum(weight, flop * kt) + ctx * kv + attn * k * (ctx + k)
 
         x0 = np.array([0.3 * scale, 0.1 * scale / max(k.max(), 1), 0.5 * scale, scale / max(kt.max(), 1),
                        0.01 * scale / max(ctx.max(), 1), 0.001 * scale / max((k * ctx).max(), 1)])

@@ -15,6 +15,7 @@ from typing import Any
 from ouroboros.backends.base import OuroborosError
 
 PLACEMENTS = ("single", "pipeline", "tensor")
+ATTENTION = ("fused", "eager")
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Hardware:
     link_gb_s: float = 0.0          # device-to-device bandwidth (NVLink), GB/s
     link_latency_s: float = 0.0     # per transfer / all-reduce
     placement: str = "single"       # single | pipeline (device_map="auto") | tensor (tensor parallel)
+    attention: str = "fused"        # fused (flash / SDPA: FLOPs only) | eager (scores materialised; cost_model)
     runtime_gb: float = 1.5         # memory per device taken by the runtime (CUDA context, allocator, activations)
     source: str = ""
     costs: dict[str, dict[str, Any]] | None = None  # fitted cost models by model name (simulators.calibrate)
@@ -57,6 +59,9 @@ class Hardware:
         if self.placement not in PLACEMENTS:
             raise OuroborosError(f"hardware {n!r}: placement must be one of {', '.join(PLACEMENTS)}, "
                                  f"got {self.placement!r}")
+        if self.attention not in ATTENTION:
+            raise OuroborosError(f"hardware {n!r}: attention must be one of {', '.join(ATTENTION)}, "
+                                 f"got {self.attention!r}")
         if self.devices < 1:
             raise OuroborosError(f"hardware {n!r}: devices must be >= 1, got {self.devices}")
         if self.placement == "single" and self.devices != 1:

@@ -5,7 +5,8 @@ paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting). Calibrated on 
   printed against the published figures with relative errors and whether the methods' speed ordering is right.
   Calibration (every knob comes from vanilla + SpS figures or a stated prior; nothing from lookahead/Ouroboros):
   (1) cost = the spec-sheet roofline of each model on the machine (`cost_model.from_spec`: weight streaming at
-      bw_eff of peak HBM bandwidth, 2 FLOP/parameter/token at flop_eff of peak, pipeline hops) PLUS one fitted
+      bw_eff of peak HBM bandwidth, 2 FLOP/parameter/token at flop_eff of peak, pipeline hops, the eager
+      attention's memory traffic over the task's typical prompt length + output) PLUS one fitted
       per-forward overhead (HF eager framework time), replacing the profile's estimated overheads: the target's
       per task, so simulated vanilla token/s equals the published one; the draft's one for all tasks (least
       squares in log SpS token/s). Overheads are additive: a 240-token lookahead forward pays the FLOPs of 240
@@ -53,6 +54,7 @@ class Task:
     W: int                       # W = G in the official scripts
     N: int
     K: int
+    prompt_len: int              # typical prompt length (tokens) of the official script's prompts (see TASKS)
     vanilla_tps: float           # published token/s (calibration)
     sps_tps: float | None        # (calibration)
     la_tps: float | None         # (held out)
@@ -71,12 +73,16 @@ class Task:
 
 # PAPER_NUMBERS.md (Ouroboros, arXiv 2402.13720: Yi-34B / Yi-6B, 2x A800, fp16, greedy); CNN/DM and WMT16 token/s
 # from github.com/thunlp/Ouroboros README (greedy, speculative, lookahead, Ouroboros-dagger = with warm start).
+# Prompt lengths: estimates from the official benchmark/test_*.py templates at ~4 characters per token:
+# HumanEval instruction + problem (~450 characters); MBPP 3-shot context + task (~2,100 characters); GSM8K 8-shot
+# chain-of-thought demos + question (~2,600 characters); CNN/DM instruction + article (781 words on average, See et
+# al. 2017, ~1.15 tokens per word); WMT16 instruction + one German sentence. Only the attention / KV costs use them.
 TASKS = (
-    Task("HumanEval", "code", 512, 12, 20, 7, 3, 15.6, 21.5, 31.9, 61.2, 11.16, 3.08, 13.12),
-    Task("MBPP", "code", 512, 12, 18, 5, 3, 19.0, None, None, 53.6, 6.14, 2.71, 7.43),
-    Task("GSM8K", "prose", 256, 4, 15, 6, 3, 15.33, 16.99, 25.14, 28.23, 5.23, None, 4.65),
-    Task("CNN/DM", "prose", 128, 10, 15, 5, 3, 14.62, 17.82, 18.77, 22.65, 4.71, 1.70, 7.46),
-    Task("WMT16", "prose", 64, 5, 16, 5, 3, 14.78, 17.48, 17.98, 19.94, 2.41, 1.37, 4.05),
+    Task("HumanEval", "code", 512, 12, 20, 7, 3, 150, 15.6, 21.5, 31.9, 61.2, 11.16, 3.08, 13.12),
+    Task("MBPP", "code", 512, 12, 18, 5, 3, 600, 19.0, None, None, 53.6, 6.14, 2.71, 7.43),
+    Task("GSM8K", "prose", 256, 4, 15, 6, 3, 650, 15.33, 16.99, 25.14, 28.23, 5.23, None, 4.65),
+    Task("CNN/DM", "prose", 128, 10, 15, 5, 3, 900, 14.62, 17.82, 18.77, 22.65, 4.71, 1.70, 7.46),
+    Task("WMT16", "prose", 64, 5, 16, 5, 3, 60, 14.78, 17.48, 17.98, 19.94, 2.41, 1.37, 4.05),
 )
 
 
@@ -93,6 +99,11 @@ def agreement(a: float) -> dict[str, float]:
 def task_pair(task: Task, a: float, seed: int):
     return make_pair(load_conf("model", "yi34b_6b"), base_hardware(), {"corpus": task.corpus, **agreement(a)},
                      seed=seed)
+
+
+def task_prompts(pair, task: Task, n: int, seed: int) -> list[list[int]]:
+    """n surrogate prompts cut from the task's corpus, 0.75x to 1.25x the task's typical prompt length."""
+    return pair.target.lm.prompts(n, seed, max(8, round(0.75 * task.prompt_len)), round(1.25 * task.prompt_len))
 
 
 @dataclass
@@ -152,9 +163,9 @@ def run(task: Task, strategy: str, params: dict[str, Any], a: float, n_prompts: 
     else:
         proposer = build_proposer(strategy, params, pair.target, pair.draft if needs else None)
     new = steps = 0
-    prompts = pair.default_prompts(n_prompts, seed)
+    prompts = task_prompts(pair, task, n_prompts, seed)
     for p in prompts:
-        res = decode(pair.target, proposer, p.ids, task.max_new, pair.eos_ids)
+        res = decode(pair.target, proposer, p, task.max_new, pair.eos_ids)
         new += res.new_tokens
         steps += len(res.steps)
     t, d = pair.target, pair.draft
@@ -173,15 +184,15 @@ class Trace:
         lm = pair.target.lm  # type: ignore[attr-defined]
         self.prompt_lens: list[int] = []
         self.states: list[list[Any]] = []   # per prompt: the target's state before each new token
-        for p in pair.default_prompts(n_prompts, seed):
+        for p in task_prompts(pair, task, n_prompts, seed):
             st = lm.start()
-            for t in p.ids:
+            for t in p:
                 st = lm.step(st, t)
             sts = []
             for _ in range(task.max_new):
                 sts.append(st)
                 st = lm.step(st, lm.predict(st))
-            self.prompt_lens.append(len(p.ids))
+            self.prompt_lens.append(len(p))
             self.states.append(sts)
         self._runs: dict[float, list[list[int]]] = {}
 
