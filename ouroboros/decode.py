@@ -51,8 +51,9 @@ def check_request(target: Backend, prompt: Sequence[int], max_new_tokens: int) -
 
 
 def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids: frozenset[int] = frozenset(),
-              verifier: Verifier = greedy_verifier, prompt_len: int | None = None) -> LoopResult:
-    """Decode up to `max_new_tokens` from the backends' current (already prefilled) state."""
+              verifier: Verifier = greedy_verifier, prompt_len: int | None = None, record: bool = True) -> LoopResult:
+    """Decode up to `max_new_tokens` from the backends' current (already prefilled) state. record=False skips
+    step 7 (the StepRecords; an inner drafting loop whose caller keeps only the output)."""
     clock = target.clock
     dc = proposer.counters
     room = target.max_context - len(target.tokens)
@@ -94,22 +95,28 @@ def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids:
         proposer.observe(verdict, scores, state)
         t3 = clock.now()
         # 7. record
-        kinds = draft.kinds
-        n_cand = len(kinds) - sum(kinds)  # PROBE == 1
-        src = None
-        if verdict.path:
-            srcs = draft.sources
-            src = dict(Counter(srcs[i] for i in verdict.path))
-        steps.append(StepRecord(
-            n_nodes=len(draft), n_candidates=n_cand,
-            max_depth=_max_candidate_depth(draft, n_cand),
-            accepted=len(verdict.path), new_tokens=len(new), n_match=verdict.n_match,
-            target_tokens=fed, draft_forwards=dc.forwards - f0, draft_tokens=dc.tokens - k0,
-            draft_s=t1 - t0, verify_s=t2 - t1, other_s=t3 - t2, accepted_sources=src))
+        if record:
+            steps.append(step_record(draft, verdict, len(new), fed, dc.forwards - f0, dc.tokens - k0,
+                                     t1 - t0, t2 - t1, t3 - t2))
         if hit_eos:
             stop = "eos"
             break
     return LoopResult(out, steps, stop)
+
+
+def step_record(draft: Draft, verdict: Verdict, new_tokens: int, fed: int, draft_forwards: int, draft_tokens: int,
+                draft_s: float, verify_s: float, other_s: float) -> StepRecord:
+    kinds = draft.kinds
+    n_cand = len(kinds) - sum(kinds)  # PROBE == 1
+    src = None
+    if verdict.path:
+        srcs = draft.sources
+        src = dict(Counter(srcs[i] for i in verdict.path))
+    return StepRecord(
+        n_nodes=len(draft), n_candidates=n_cand, max_depth=_max_candidate_depth(draft, n_cand),
+        accepted=len(verdict.path), new_tokens=new_tokens, n_match=verdict.n_match, target_tokens=fed,
+        draft_forwards=draft_forwards, draft_tokens=draft_tokens, draft_s=draft_s, verify_s=verify_s,
+        other_s=other_s, accepted_sources=src)
 
 
 def _max_candidate_depth(draft: Draft, n_cand: int) -> int:

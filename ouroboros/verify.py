@@ -55,17 +55,32 @@ def verify_greedy(draft: Draft, preds: list[int]) -> Verdict:
         n_match = m + sum(1 for i in range(m + 1, n) if toks[i] == preds[i])
         return Verdict(path=path, tokens=toks[:m] + [preds[m]], preds=preds, n_match=n_match)
     # Tree: depth-first over matching candidate children; keep the longest path (ties: first in node order).
-    children = draft.children()
+    parents = draft.parents
     best: list[int] = []
     stack: list[list[int]] = [[]]
     while stack:
         path = stack.pop()
         if len(path) > len(best):
             best = path
-        pred = preds[path[-1] + 1] if path else preds[0]
-        for c in reversed(children.get(path[-1] if path else -1, ())):
+        node = path[-1] if path else -1
+        pred = preds[node + 1]
+        for c in reversed(_children(parents, node)):
             if toks[c] == pred and kinds[c] == CANDIDATE:
                 stack.append(path + [c])
     bonus = preds[best[-1] + 1] if best else preds[0]
     return Verdict(path=best, tokens=[toks[i] for i in best] + [bonus], preds=preds,
                    n_match=trunk_match(draft, preds))
+
+
+def _children(parents: list[int], node: int) -> list[int]:
+    """Children of `node` (-1 = root) in node order. A C-level scan per visited node (`list.index`): the walk
+    visits only matching nodes, so this beats indexing every node of a large tree (lookahead's probes)."""
+    out = []
+    i = node + 1  # children follow their parent
+    try:
+        while True:
+            i = parents.index(node, i)
+            out.append(i)
+            i += 1
+    except ValueError:
+        return out

@@ -76,7 +76,7 @@ class CascadeProposer:
             self._drafted = 0
             return Draft()
         f0 = self.draft.counters.forwards
-        trunk = run_steps(self.draft, self._inner, gamma).output
+        trunk = run_steps(self.draft, self._inner, gamma, record=False).output
         st["draft_forwards"] += self.draft.counters.forwards - f0
         st["drafted_tokens"] += len(trunk)
         self._drafted = len(trunk)

@@ -162,7 +162,7 @@ class OuroborosProposer:
             return self._tree
         st = self._stats
         f0 = self.draft.counters.forwards
-        trunk = run_steps(self.draft, self._inner, gamma).output
+        trunk = run_steps(self.draft, self._inner, gamma, record=False).output
         st["draft_forwards"] += self.draft.counters.forwards - f0
         st["drafted_tokens"] += len(trunk)  # c (tokens per draft forward) = drafted_tokens / draft_forwards
         self._drafted = len(trunk)

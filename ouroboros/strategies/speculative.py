@@ -107,14 +107,14 @@ class SpeculativeProposer:
             self._drafted = 0
             return Draft()
         if self._sampler is None:
-            res = run_steps(self.draft, self._inner, gamma)
+            res = run_steps(self.draft, self._inner, gamma, record=False)
             self._drafted = len(res.output)
             return Draft.chain(res.output, source="draft")
         import torch
 
         self._sampler.rows.clear()
         self._sampler.outer = state.sampler
-        res = run_steps(self.draft, self._inner, gamma, verifier=self._sampler)
+        res = run_steps(self.draft, self._inner, gamma, verifier=self._sampler, record=False)
         self._drafted = len(res.output)
         d = Draft.chain(res.output, source="draft")
         d.meta["q"] = torch.stack(self._sampler.rows[: len(res.output)])  # [gamma, V] draft distributions
