@@ -25,7 +25,7 @@ Verifier = Callable[[Draft, Scores, DecodeState], Verdict]
 
 
 def greedy_verifier(draft: Draft, scores: Scores, state: DecodeState) -> Verdict:
-    return verify_greedy(draft, scores.preds)
+    return verify_greedy(draft, scores.preds, count_match=state.record)
 
 
 greedy_verifier.needs_logits = False  # type: ignore[attr-defined]
@@ -59,7 +59,7 @@ def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids:
     room = target.max_context - len(target.tokens)
     state = DecodeState(tokens=target.tokens, prompt_len=len(target.tokens) if prompt_len is None else prompt_len,
                         remaining=min(max_new_tokens, room), room=room,
-                        sampler=verifier if hasattr(verifier, "generator") else None)
+                        sampler=verifier if hasattr(verifier, "generator") else None, record=record)
     out: list[int] = []
     steps: list[StepRecord] = []
     stop = "budget" if max_new_tokens <= room else "context"

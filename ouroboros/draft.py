@@ -71,18 +71,19 @@ class Draft:
             self.trunk_len = i + 1
         return i
 
-    def extend(self, tokens: list[int], parents: list[int], depths: list[int], source: str,
+    def extend(self, tokens: list[int], parents: list[int], depths: list[int], source: str | list[str],
                kind: int = CANDIDATE) -> int:
-        """Append nodes in bulk (node j: tokens[j] under parents[j], an absolute index, at depths[j]) and return
-        the first new index. Unchecked fast path for a shape the caller built (a lookahead window);
-        `validate()` checks a whole draft. The trunk grows as with `add_node`."""
+        """Append nodes in bulk (node j: tokens[j] under parents[j], an absolute index, at depths[j], with
+        `source` or source[j]) and return the first new index. Unchecked fast path for a tree the caller built
+        (a lookahead window, a trie of phrases); `validate()` checks a whole draft. The trunk grows as with
+        `add_node`."""
         i0 = len(self.tokens)
         n = len(tokens)
         self.tokens.extend(tokens)
         self.parents.extend(parents)
         self.depths.extend(depths)
         self.kinds.extend([kind] * n)
-        self.sources.extend([source] * n)
+        self.sources.extend([source] * n if isinstance(source, str) else source)
         t = self.trunk_len
         if t == i0:
             par, end = self.parents, i0 + n

@@ -84,10 +84,10 @@ class PhrasePool:
         if not bucket or k <= 0:
             return []
         out: list[Phrase] = []
-        lru, epoch = self._lru, self.epoch
+        lru, epoch, new = self._lru, self.epoch, tuple.__new__
         for toks in reversed(bucket):
             src, ep = lru[(key, toks)]
-            out.append(Phrase(toks, src if ep == epoch else HISTORY))
+            out.append(new(Phrase, (toks, src if ep == epoch else HISTORY)))  # Phrase(toks, source), C-level
             if len(out) == k:
                 break
         return out
@@ -133,8 +133,12 @@ class PhrasePool:
         bucket[toks] = None
         lru[gk] = [source, self.epoch]
         self.n_bytes += TOKEN_BYTES * (1 + len(toks))  # phrase_bytes(toks)
-        if len(bucket) > self.per_key:
-            self._drop(key, next(iter(bucket)))
+        if len(bucket) > self.per_key:  # evict the key's least recently refreshed phrase (= _drop, inlined)
+            old = next(iter(bucket))
+            del bucket[old]
+            del lru[(key, old)]
+            self.n_bytes -= TOKEN_BYTES * (1 + len(old))
+            self.evicted += 1
         if self.max_phrases or self.max_bytes:
             self._enforce_global()
         return True

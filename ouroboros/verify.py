@@ -25,7 +25,8 @@ class Verdict:
     path: list[int]      # accepted node indices, root to leaf
     tokens: list[int]    # accepted tokens + the bonus token (target's own next token)
     preds: list[int]     # target prediction at every position: [root, node 0, ..., node n-1]
-    n_match: int         # #Match on the trunk (paper Eq. 10): sum_i [d_i == v_i], always >= len(path) on a chain
+    n_match: int         # #Match on the trunk (paper Eq. 10): sum_i [d_i == v_i], always >= len(path) on a chain;
+                         # -1 when not counted (verify_greedy(count_match=False))
 
     @property
     def accepted(self) -> int:
@@ -43,7 +44,9 @@ def trunk_match(draft: Draft, preds: list[int]) -> int:
     return sum(1 for i in range(draft.trunk_len) if toks[i] == preds[i])
 
 
-def verify_greedy(draft: Draft, preds: list[int]) -> Verdict:
+def verify_greedy(draft: Draft, preds: list[int], count_match: bool = True) -> Verdict:
+    """count_match=False skips #Match (n_match = -1): it reads predictions the verdict does not need, which a
+    lazy scorer (the simulator's) would otherwise compute."""
     n = len(draft.tokens)
     toks, kinds = draft.tokens, draft.kinds
     if draft.is_chain:
@@ -52,7 +55,7 @@ def verify_greedy(draft: Draft, preds: list[int]) -> Verdict:
         while m < n and toks[m] == preds[m] and kinds[m] == CANDIDATE:
             m += 1
         path = list(range(m))
-        n_match = m + sum(1 for i in range(m + 1, n) if toks[i] == preds[i])
+        n_match = m + sum(1 for i in range(m + 1, n) if toks[i] == preds[i]) if count_match else -1
         return Verdict(path=path, tokens=toks[:m] + [preds[m]], preds=preds, n_match=n_match)
     # Tree: depth-first over matching candidate children; keep the longest path (ties: first in node order).
     parents = draft.parents
@@ -69,7 +72,7 @@ def verify_greedy(draft: Draft, preds: list[int]) -> Verdict:
                 stack.append(path + [c])
     bonus = preds[best[-1] + 1] if best else preds[0]
     return Verdict(path=best, tokens=[toks[i] for i in best] + [bonus], preds=preds,
-                   n_match=trunk_match(draft, preds))
+                   n_match=trunk_match(draft, preds) if count_match else -1)
 
 
 def _children(parents: list[int], node: int) -> list[int]:

@@ -153,7 +153,6 @@ class NGramLM:
         self.vocab_size = self.corpus.tokenizer.vocab_size
         self.table = ngram_table(corpus, vocab_size, order, top)
         self.order, self.tail_len, self.p_top, self.seed = order, tail_len, p_top, seed
-        self._memo: dict[tuple, int] = {}
         self._backoff: dict[tuple[int, ...], tuple[int, ...]] = {}  # last `order` tokens -> candidates (() = none)
         # The hot paths: closures equal to `reference_step` / `reference_predict` (tests/test_sim_fast_paths.py).
         self.step: Callable[[State, int], State] = self._fast_step()
@@ -190,17 +189,15 @@ class NGramLM:
         return step
 
     def _fast_predict(self) -> Callable[[State], int]:
-        """`reference_predict`, memoised per state, with the back-off search memoised per context (the last
-        `order` tokens decide it, except the unknown-context fallback, which hashes the whole tail)."""
-        memo, backoff, table, candidates = self._memo, self._backoff, self.table, self.candidates
+        """`reference_predict` with the back-off search memoised per context (the last `order` tokens decide it,
+        except the unknown-context fallback, which hashes the whole tail). Not memoised per state: strategies
+        rarely ask about the same context twice (lookahead's probes are new contexts every step)."""
+        backoff, table, candidates = self._backoff, self.table, self.candidates
         order, seed, p_top = self.order, self.seed, self.p_top
         span = 1 - p_top
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
 
         def predict(state: State) -> int:
-            out = memo.get(state)
-            if out is not None:
-                return out
             tail = state[1]
             ctx = tail[-order:]
             cands = backoff.get(ctx)
@@ -219,10 +216,8 @@ class NGramLM:
                 out = cands[0]
             else:
                 out = cands[1 + min(int((u - p_top) / span * (len(cands) - 1)), len(cands) - 2)]
-            if len(memo) > 1_000_000:
-                memo.clear()
+            if len(backoff) > 1_000_000:
                 backoff.clear()
-            memo[state] = out
             return out
 
         return predict
@@ -254,9 +249,8 @@ class NoisyDraftLM:
         self.alpha_easy, self.alpha_hard, self.hard_frac = alpha_easy, alpha_hard, hard_frac
         self.burst_len, self.content_len, self.p_shift, self.seed = burst_len, content_len, p_shift, seed
         self.start, self.step = target.start, target.step
-        self._memo: dict[tuple, int] = {}
         self._hard: dict[int, bool] = {}  # stretch index -> hard?
-        self.predict: Callable[[State], int] = self._fast_predict()  # == reference_predict, memoised
+        self.predict: Callable[[State], int] = self._fast_predict()  # == reference_predict
 
     def _is_hard(self, stretch: int) -> bool:
         return uniform(hash((stretch, self.seed, 7))) < self.hard_frac
@@ -280,27 +274,19 @@ class NoisyDraftLM:
         return q if q != p else (p % (self.vocab_size - 1)) + 1
 
     def _fast_predict(self) -> Callable[[State], int]:
-        memo, hard_of, is_hard, mismatch, target_predict = self._memo, self._hard, self._is_hard, self._mismatch, \
-            self.target.predict
+        hard_of, is_hard, mismatch, target_predict = self._hard, self._is_hard, self._mismatch, self.target.predict
         burst_len, cut, seed = self.burst_len, -self.content_len, self.seed
         alpha_easy, alpha_hard = self.alpha_easy, self.alpha_hard
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
 
         def predict(state: State) -> int:
-            q = memo.get(state)
-            if q is not None:
-                return q
             p = target_predict(state)
             stretch = state[0] // burst_len
             hard = hard_of.get(stretch)
             if hard is None:
                 hard = hard_of[stretch] = is_hard(stretch)
             u = (((hash((state[1][cut:], seed)) * mult) & mask) >> 11) * scale
-            q = p if u < (alpha_hard if hard else alpha_easy) else mismatch(state, p)
-            if len(memo) > 1_000_000:
-                memo.clear()
-            memo[state] = q
-            return q
+            return p if u < (alpha_hard if hard else alpha_easy) else mismatch(state, p)
 
         return predict
 

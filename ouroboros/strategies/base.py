@@ -30,6 +30,8 @@ class DecodeState:
     # The run's sampling verifier (None when greedy). Proposers that draw random drafts take their draws from
     # its stream (`sampler.generator(device)`), so draft and verification randomness come from one seeded run.
     sampler: Any = None
+    # False in an inner drafting loop that keeps no step records: verification may skip #Match (n_match = -1).
+    record: bool = True
 
     def max_depth(self) -> int:
         """Deepest useful draft: the bonus token needs one more slot, the context must hold the tree."""

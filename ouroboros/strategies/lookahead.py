@@ -51,18 +51,30 @@ class LookaheadConfig:
 def hang_phrases(draft: Draft, phrases: list[Phrase], parent: int, max_len: int) -> list[list[int]]:
     """Trie-insert `phrases` (each cut to max_len) under node `parent` of `draft`, which must have no
     children there yet; node sources are "pool:<phrase source>". Returns each phrase's node indices."""
-    index: dict[tuple[int, int], int] = {}
+    if not -1 <= parent < len(draft):
+        raise ValueError(f"parent {parent} out of range for a draft of {len(draft)} nodes")
+    index: dict[tuple[int, int], int] = {}  # (parent, token) -> node
+    toks: list[int] = []
+    pars: list[int] = []
+    deps: list[int] = []
+    srcs: list[str] = []
     out = []
-    add, get = draft.add_node, index.get
+    n, d0, get = len(draft), (draft.depths[parent] + 1 if parent >= 0 else 0), index.get
     for ph in phrases:
-        p, nodes, src = parent, [], "pool:" + ph.source
+        p, d, nodes, src = parent, d0, [], "pool:" + ph.source
         for t in ph.tokens[:max_len]:
             node = get((p, t))
             if node is None:
-                node = index[(p, t)] = add(t, p, src)
+                node = index[(p, t)] = n
+                n += 1
+                toks.append(int(t))
+                pars.append(p)
+                deps.append(d)
+                srcs.append(src)
             nodes.append(node)
-            p = node
+            p, d = node, d + 1
         out.append(nodes)
+    draft.extend(toks, pars, deps, srcs)
     return out
 
 
