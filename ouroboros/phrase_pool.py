@@ -15,7 +15,8 @@ Caps and eviction:
   token (key included): the compact int32 size, the size a C implementation or the saved file would hold.
   Policy: global LRU over refresh time. Why: in decoding, reuse is strongly recency-driven (the phrases of the
   file or answer being written now), refresh-on-reuse already tracks that, LRU is O(1) per operation with an
-  OrderedDict, and LFU would pin phrases of long-gone prompts. The paper has no global cap.
+  OrderedDict, and LFU would pin phrases of long-gone prompts. The paper has no global cap. (The OrderedDict is
+  kept only under a cap; without one, global recency is a per-phrase refresh stamp, sorted when saving.)
 
 Save / load: a versioned JSON document (format FORMAT, version VERSION), phrases oldest -> newest so a
 reload restores the recency order. A missing, corrupt or incompatible file raises OuroborosError (one
@@ -66,17 +67,23 @@ class PhrasePool:
         self.epoch = 0
         self.n_bytes = 0
         self.evicted = 0
-        # key -> {tokens: None}, oldest refresh first (plain dicts keep insertion order; refresh = pop + insert)
-        self._by_key: dict[int, dict[tuple[int, ...], None]] = {}
-        # (key, tokens) -> [source, epoch], global LRU order (oldest first)
-        self._lru: OrderedDict[tuple[int, tuple[int, ...]], list[Any]] = OrderedDict()
+        self._n = 0        # phrases held
+        self._stamp = 0    # refresh counter: an entry's stamp orders it in the global recency order
+        # key -> {tokens: entry [source, epoch, stamp]}, oldest refresh first (plain dicts keep insertion order;
+        # refresh = pop + insert)
+        self._by_key: dict[int, dict[tuple[int, ...], list[Any]]] = {}
+        # (key, tokens) -> the same entry, global LRU order (oldest first): kept only under a global cap, where
+        # eviction needs the globally oldest phrase in O(1); without one, recency is the entries' stamps.
+        self._lru: OrderedDict[tuple[int, tuple[int, ...]], list[Any]] | None = (
+            OrderedDict() if max_phrases or max_bytes else None)
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
-        return len(self._lru)
+        return self._n
 
     def __contains__(self, item: tuple[int, tuple[int, ...]]) -> bool:
-        return item in self._lru
+        bucket = self._by_key.get(item[0])
+        return bucket is not None and item[1] in bucket
 
     def lookup(self, key: int, k: int) -> list[Phrase]:
         """Up to k phrases that follow `key`, most recently refreshed first. Does not refresh."""
@@ -84,23 +91,29 @@ class PhrasePool:
         if not bucket or k <= 0:
             return []
         out: list[Phrase] = []
-        lru, epoch, new = self._lru, self.epoch, tuple.__new__
-        for toks in reversed(bucket):
-            src, ep = lru[(key, toks)]
-            out.append(new(Phrase, (toks, src if ep == epoch else HISTORY)))  # Phrase(toks, source), C-level
+        epoch, new = self.epoch, tuple.__new__
+        for toks, ent in reversed(bucket.items()):
+            out.append(new(Phrase, (toks, ent[0] if ent[1] == epoch else HISTORY)))  # Phrase(toks, src), C-level
             if len(out) == k:
                 break
         return out
 
+    def _entries(self) -> list[tuple[int, tuple[int, ...], list[Any]]]:
+        """(key, tokens, entry), oldest -> newest refresh."""
+        out = [(k, t, e) for k, bucket in self._by_key.items() for t, e in bucket.items()]
+        out.sort(key=lambda x: x[2][2])
+        return out
+
     def items(self) -> list[tuple[int, tuple[int, ...], str]]:
         """(key, tokens, effective source), oldest -> newest refresh."""
-        return [(k, t, s if e == self.epoch else HISTORY) for (k, t), (s, e) in self._lru.items()]
+        return [(k, t, e[0] if e[1] == self.epoch else HISTORY) for k, t, e in self._entries()]
 
     def size_by_source(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for s, e in self._lru.values():
-            src = s if e == self.epoch else HISTORY
-            out[src] = out.get(src, 0) + 1
+        for bucket in self._by_key.values():
+            for s, e, _ in bucket.values():
+                src = s if e == self.epoch else HISTORY
+                out[src] = out.get(src, 0) + 1
         return out
 
     # ------------------------------------------------------------------ updates
@@ -110,76 +123,89 @@ class PhrasePool:
 
     def clear(self) -> None:
         self._by_key.clear()
-        self._lru.clear()
+        if self._lru is not None:
+            self._lru.clear()
         self.n_bytes = 0
+        self._n = 0
 
     def add(self, key: int, tokens, source: str) -> bool:
         """Insert (or refresh) a phrase. Returns True when it was new. Empty phrases are ignored."""
         toks = tuple(tokens)
         if not toks:
             return False
-        gk = (key, toks)
         lru = self._lru
-        ent = lru.get(gk)
         bucket = self._by_key.get(key)
-        if ent is not None:
-            ent[0], ent[1] = source, self.epoch
-            lru.move_to_end(gk)
-            del bucket[toks]  # type: ignore[union-attr]
-            bucket[toks] = None  # type: ignore[index]
-            return False
+        self._stamp += 1
         if bucket is None:
             bucket = self._by_key[key] = {}
-        bucket[toks] = None
-        lru[gk] = [source, self.epoch]
+        else:
+            ent = bucket.get(toks)
+            if ent is not None:  # known: refresh
+                ent[0], ent[1], ent[2] = source, self.epoch, self._stamp
+                del bucket[toks]
+                bucket[toks] = ent
+                if lru is not None:
+                    lru.move_to_end((key, toks))
+                return False
+        bucket[toks] = ent = [source, self.epoch, self._stamp]
+        self._n += 1
         self.n_bytes += TOKEN_BYTES * (1 + len(toks))  # phrase_bytes(toks)
+        if lru is not None:
+            lru[(key, toks)] = ent
         if len(bucket) > self.per_key:  # evict the key's least recently refreshed phrase (= _drop, inlined)
             old = next(iter(bucket))
             del bucket[old]
-            del lru[(key, old)]
+            self._n -= 1
             self.n_bytes -= TOKEN_BYTES * (1 + len(old))
             self.evicted += 1
-        if self.max_phrases or self.max_bytes:
+            if lru is not None:
+                del lru[(key, old)]
+                self._enforce_global()
+        elif lru is not None:
             self._enforce_global()
         return True
 
     def touch(self, key: int, tokens) -> None:
         """Refresh a phrase that was just reused (no-op if it is gone)."""
         toks = tuple(tokens)
-        gk = (key, toks)
-        if gk in self._lru:
-            self._lru.move_to_end(gk)
-            bucket = self._by_key[key]
-            del bucket[toks]
-            bucket[toks] = None
+        bucket = self._by_key.get(key)
+        if bucket is not None and toks in bucket:
+            self._stamp += 1
+            bucket[toks] = ent = bucket.pop(toks)
+            ent[2] = self._stamp
+            if self._lru is not None:
+                self._lru.move_to_end((key, toks))
 
     def remove(self, key: int, tokens) -> bool:
         toks = tuple(tokens)
-        if (key, toks) not in self._lru:
+        if (key, toks) not in self:
             return False
         self._drop(key, toks, evicted=False)
         return True
 
     def _drop(self, key: int, toks: tuple[int, ...], evicted: bool = True) -> None:
-        del self._lru[(key, toks)]
         bucket = self._by_key[key]
         del bucket[toks]
         if not bucket:
             del self._by_key[key]
+        if self._lru is not None:
+            del self._lru[(key, toks)]
+        self._n -= 1
         self.n_bytes -= phrase_bytes(toks)
         self.evicted += evicted
 
     def _enforce_global(self) -> None:
-        mp, mb = self.max_phrases, self.max_bytes
-        while (mp and len(self._lru) > mp) or (mb and self.n_bytes > mb):
-            (key, toks), _ = next(iter(self._lru.items()))
+        lru, mp, mb = self._lru, self.max_phrases, self.max_bytes
+        assert lru is not None
+        while (mp and self._n > mp) or (mb and self.n_bytes > mb):
+            key, toks = next(iter(lru))
             self._drop(key, toks)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str, meta: dict[str, Any] | None = None) -> None:
         """Write atomically (temp file + rename). `meta` (e.g. {"vocab_size": V}) is checked on load."""
         doc = {"format": FORMAT, "version": VERSION, "meta": dict(meta or {}),
-               "phrases": [[k, list(t), s] for (k, t), (s, _) in self._lru.items()]}
+               "phrases": [[k, list(t), e[0]] for k, t, e in self._entries()]}
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f, separators=(",", ":"))
@@ -199,7 +225,7 @@ class PhrasePool:
             return str(e)
         for key, toks, src in entries:
             self.add(key, toks, src)
-            ent = self._lru.get((key, toks))
+            ent = self._by_key.get(key, {}).get(toks)
             if ent is not None:  # (a cap smaller than one phrase evicts it at once)
                 ent[1] = -1
         return None
