@@ -12,12 +12,15 @@ paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting). Calibrated on 
       squares in log SpS token/s). Overheads are additive: a 240-token lookahead forward pays the FLOPs of 240
       tokens once, plus one overhead (a multiplicative scale would wrongly multiply the FLOPs too).
   (2) per task, the surrogate draft's agreement knob so simulated SpS block efficiency equals the published one;
-  (3) per task, the SpS draft length gamma_SpS: the paper does not print it, and it is NOT Ouroboros' gamma
-      (GSM8K's published SpS block efficiency 5.23 exceeds gamma + 1 = 5; the paper stresses that SpS's best
-      draft length is short because every draft token costs a draft forward). Prior: the SpS baseline is tuned,
-      i.e. gamma_SpS (1..GAMMA_MAX) is the one that maximises simulated SpS token/s at the agreement that
-      reproduces the published block efficiency. (2), (3) and the draft overhead are solved together with an
-      exact fast replay of greedy SpS on the surrogate's agreement trace (`sps_plan`, checked against the loop).
+  (3) the SpS draft length: the paper does not print it, and it is NOT Ouroboros' gamma (GSM8K's published SpS
+      block efficiency 5.23 exceeds gamma + 1 = 5). Default prior (--sps hf): the baseline is HF transformers'
+      assisted generation, as the official repository's SpS baseline code is (benchmark/test_specbench/model/sps/
+      decoding.py: `assisted_decoding` with `AssistedCandidateGenerator`), whose default "heuristic" schedule
+      starts at 5 draft tokens, +2 after a fully accepted draft, else -1, kept across prompts (`HFScheduleSpS`).
+      Alternative (--sps tuned): a fixed gamma per task (1..GAMMA_MAX), the one maximising simulated SpS token/s.
+      On the calibration data the HF prior fits the four published SpS token/s slightly better (rms 6.5% vs 7.0%).
+  (2), (3) and the draft overhead are solved with an exact fast replay of greedy SpS on the surrogate's agreement
+  trace (`sps_plan`; `paper` checks it against the loop).
   Lookahead runs with the task's W = G and N (the paper does not list its lookahead settings; flagged).
 closed-form: speculative on the i.i.d. surrogate vs E(gamma, alpha) = (1 - alpha^(gamma+1)) / (1 - alpha).
 
