@@ -18,6 +18,8 @@ Definitions (as in DESIGN.md):
   accepted[i] = steps that accepted position i (vLLM's convention).
 - time split per step: draft_s (propose), verify_s (target forward + verification), other_s (commit,
   observe: pool harvesting, draft rollback, bookkeeping).
+- proposer stats are per-prompt counters summed over prompts, except gauges (`pool_phrases`, `pool_bytes`:
+  the pool's size at the end of a prompt), where a run's total is the value after its last prompt.
 
 This module knows nothing of models or strategies; it only aggregates numbers.
 """
@@ -77,6 +79,8 @@ class PromptResult:
             "stop_reason": self.stop_reason,
             "target_forwards": len(s),
             "block_efficiency": self.new_tokens / fw,
+            "accepted_tokens": sum(r.accepted for r in s),
+            "match_tokens": sum(r.n_match for r in s),
             "accepted_length": sum(r.accepted for r in s) / fw,
             "match_per_forward": sum(r.n_match for r in s) / fw,
             "draft_forwards": sum(r.draft_forwards for r in s),
@@ -104,31 +108,17 @@ class RunResult:
     prompts: list[PromptResult]
 
     def totals(self) -> dict:
+        """`combine_summaries` over every prompt, plus what needs the steps (time split, per-position
+        acceptance, accepted tokens by source) and the proposers' summed stats."""
         steps = [r for p in self.prompts for r in p.steps]
-        new = sum(p.new_tokens for p in self.prompts)
-        elapsed = sum(p.elapsed_s for p in self.prompts)
-        fw = max(len(steps), 1)
         proposed, accepted = per_position(steps)
         src_acc: Counter[str] = Counter()
         for r in steps:
             if r.accepted_sources:
                 src_acc.update(r.accepted_sources)
-        stats: Counter[str] = Counter()
-        for p in self.prompts:
-            stats.update(p.proposer_stats)
-        per_prompt = [p.new_tokens / p.elapsed_s for p in self.prompts if p.elapsed_s > 0]
         return {
             "strategy": self.strategy,
-            "prompts": len(self.prompts),
-            "new_tokens": new,
-            "elapsed_s": elapsed,
-            "tokens_per_s": new / elapsed if elapsed > 0 else 0.0,
-            "mean_tokens_per_s": sum(per_prompt) / len(per_prompt) if per_prompt else 0.0,
-            "target_forwards": len(steps),
-            "block_efficiency": new / fw,
-            "accepted_length": sum(r.accepted for r in steps) / fw,
-            "match_per_forward": sum(r.n_match for r in steps) / fw,
-            "draft_forwards": sum(r.draft_forwards for r in steps),
+            **combine_summaries([p.summary() for p in self.prompts]),
             "draft_tokens": sum(r.draft_tokens for r in steps),
             "draft_s": sum(r.draft_s for r in steps),
             "verify_s": sum(r.verify_s for r in steps),
@@ -137,8 +127,24 @@ class RunResult:
             "position_proposed": proposed,
             "position_accepted": accepted,
             "accepted_by_source": dict(src_acc),
-            "proposer_stats": dict(stats),
+            "proposer_stats": sum_stats([p.proposer_stats for p in self.prompts]),
         }
+
+
+GAUGES = frozenset({"pool_phrases", "pool_bytes"})  # sizes at the end of a prompt, not per-prompt counts
+
+
+def sum_stats(per_prompt: list[dict[str, float]]) -> dict[str, float]:
+    """Proposer stats over prompts in order: counters add up; gauges (`GAUGES`, also under a prefix such as
+    `draft.pool_phrases`) keep the last prompt's value."""
+    out: dict[str, float] = {}
+    for st in per_prompt:
+        for k, v in st.items():
+            if k.rsplit(".", 1)[-1] in GAUGES:
+                out[k] = v
+            else:
+                out[k] = out.get(k, 0) + v
+    return out
 
 
 def speedup(baseline: RunResult, other: RunResult) -> float:
@@ -174,13 +180,17 @@ def pool_rates(stats: dict[str, float]) -> dict[str, float]:
 
 
 def combine_summaries(summaries: list[dict]) -> dict:
-    """RunResult.totals()' definitions over a subset of prompts, from their `PromptResult.summary()` dicts
-    (records keep summaries, not always steps): sums of tokens, time and forwards; eta, A and #Match per forward."""
+    """The run-level aggregates, ONE definition: from `PromptResult.summary()` dicts of any subset of prompts
+    (records keep summaries, not always steps). Sums of tokens, time and forwards; tokens/s = sum of tokens /
+    sum of time; eta, A and #Match per target forward. Summaries written before `accepted_tokens` /
+    `match_tokens` existed are read through their per-forward means."""
     new = sum(s["new_tokens"] for s in summaries)
     elapsed = sum(s["elapsed_s"] for s in summaries)
     fw_each = [s["target_forwards"] for s in summaries]
     fw = max(sum(fw_each), 1)
     per_prompt = [s["new_tokens"] / s["elapsed_s"] for s in summaries if s["elapsed_s"] > 0]
+    acc = sum(s.get("accepted_tokens", s["accepted_length"] * f) for s, f in zip(summaries, fw_each, strict=True))
+    match = sum(s.get("match_tokens", s["match_per_forward"] * f) for s, f in zip(summaries, fw_each, strict=True))
     return {
         "prompts": len(summaries),
         "new_tokens": new,
@@ -189,6 +199,7 @@ def combine_summaries(summaries: list[dict]) -> dict:
         "mean_tokens_per_s": sum(per_prompt) / len(per_prompt) if per_prompt else 0.0,
         "target_forwards": sum(fw_each),
         "block_efficiency": new / fw,
-        "accepted_length": sum(s["accepted_length"] * f for s, f in zip(summaries, fw_each, strict=True)) / fw,
-        "match_per_forward": sum(s["match_per_forward"] * f for s, f in zip(summaries, fw_each, strict=True)) / fw,
+        "accepted_length": acc / fw,
+        "match_per_forward": match / fw,
+        "draft_forwards": sum(s.get("draft_forwards", 0) for s in summaries),
     }

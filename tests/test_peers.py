@@ -119,9 +119,17 @@ def test_bench_real_end_to_end_on_a_tiny_pair(tmp_path, capsys):
     rc = real.main(["--strategies", "speculative:gamma=3,pld", "--peers", "hf_greedy,hf_pld",
                     "--model", "kind=hf", f"target={t}", f"draft={d}", "eos_ids=[1]",
                     "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
-                    "--max-new-tokens", "6", "--dtype", "float64", "--out", str(out)])
-    text = capsys.readouterr().out
+                    "--max-new-tokens", "6", "--dtype", "float64", "--out", str(out),
+                    "--progress-log", str(tmp_path / "progress.jsonl")])
+    captured = capsys.readouterr()
+    text = captured.out
     assert rc == 0
+    import json
+
+    lines = [json.loads(ln) for ln in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    assert len(lines) == 5 * 4 and {ln["run"] for ln in lines} == {"vanilla", "speculative:gamma=3", "pld",
+                                                                    "hf_greedy", "hf_pld"}
+    assert "after 4 prompts: vanilla" in captured.err
     rows = [ln.split()[0] for ln in text.splitlines() if ln.split() and ln.split()[0] in
             ("vanilla", "speculative:gamma=3", "pld", "hf_greedy", "hf_pld")]
     assert rows == ["vanilla", "speculative:gamma=3", "pld", "hf_greedy", "hf_pld"]

@@ -167,6 +167,26 @@ def ratio_lines(specs: list[RunSpec], results: list[RunResult]) -> list[str]:
 Runner = Callable[[list[int], int, str], PromptResult]
 
 
+class ProgressLog:
+    """`--progress-log`: one JSON line per finished (run, prompt) with its summary and output, flushed at once,
+    and a running tokens/s line per run on stderr every time all runs have finished a prompt."""
+
+    def __init__(self, path: str, specs: list[RunSpec]):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.path, self.labels = path, [s.label for s in specs]
+        self.done: list[list[PromptResult]] = [[] for _ in specs]
+
+    def __call__(self, j: int, r: PromptResult) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"run": self.labels[j], "output": r.output, **r.summary()}) + "\n")
+        self.done[j].append(r)
+        k = min(len(d) for d in self.done)
+        if len(self.done[j]) == k and all(len(d) == k for d in self.done):
+            rs = [RunResult(lab, d) for lab, d in zip(self.labels, self.done, strict=True)]
+            parts = [f"{x.strategy} {x.totals()['tokens_per_s']:.3f} tok/s ({speedup(rs[0], x):.2f}x)" for x in rs]
+            print(f"after {k} prompts: " + "; ".join(parts), file=sys.stderr, flush=True)
+
+
 def make_runner(s: RunSpec, pair: LoadedPair, target: HFBackend, draft: HFBackend | None,
                 sampling: SamplingConfig | None = None) -> Runner:
     """One prompt -> PromptResult for this run; state (a proposer, its pool) lives across prompts. With
@@ -185,10 +205,12 @@ def make_runner(s: RunSpec, pair: LoadedPair, target: HFBackend, draft: HFBacken
 
 def run_all(pair: LoadedPair, prompts: list[Prompt], specs: list[RunSpec], default_budget: int, warmup: bool,
             interleave: bool = True, progress: bool = True,
-            sampling: SamplingConfig | None = None) -> list[RunResult]:
+            sampling: SamplingConfig | None = None,
+            on_result: Callable[[int, PromptResult], None] | None = None) -> list[RunResult]:
     """Every run over every prompt. interleave: prompt by prompt, all runs on each prompt (the order rotated per
     prompt), so background load and drift hit every run alike; else run by run (as `run_strategy` does).
-    Warm-up either way: one short decode per run on the first prompt before any clock reading."""
+    Warm-up either way: one short decode per run on the first prompt before any clock reading.
+    `on_result(run index, result)` is called after each prompt of each run (a killed run keeps its data)."""
     target = HFBackend(pair.target, name="target")
     draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
     budgets = [p.max_new_tokens or default_budget for p in prompts]
@@ -203,10 +225,14 @@ def run_all(pair: LoadedPair, prompts: list[Prompt], specs: list[RunSpec], defau
                                         disable=not progress)):
             for j in [(i + k) % n for k in range(n)]:
                 out[j].append(runners[j](p.ids, b, p.id))
+                if on_result is not None:
+                    on_result(j, out[j][-1])
     else:
         for j, s in enumerate(specs):
             for p, b in tqdm(list(zip(prompts, budgets, strict=True)), desc=s.label, disable=not progress):
                 out[j].append(runners[j](p.ids, b, p.id))
+                if on_result is not None:
+                    on_result(j, out[j][-1])
     return [RunResult(strategy=s.label, prompts=r) for s, r in zip(specs, out, strict=True)]
 
 
@@ -253,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="run by run instead of prompt by prompt (interleaved is robust to background load)")
     ap.add_argument("--show-divergences", type=int, default=5, help="divergence lines shown per run")
     ap.add_argument("--out", default=None, help="append one JSONL record per run here")
+    ap.add_argument("--progress-log", default=None,
+                    help="append one JSONL line per (run, prompt) as it finishes: a killed run keeps its data")
     ap.add_argument("--save-outputs", default=None,
                     help="write vanilla's decoded outputs as JSONL {question_id, answer} (mtbench turn-2 input)")
     args = ap.parse_args(argv)
@@ -293,8 +321,9 @@ def main(argv: list[str] | None = None) -> int:
         mode = "greedy" if sampling.greedy else (f"sampling T={sampling.temperature} top_p={sampling.top_p} "
                                                   f"top_k={sampling.top_k} seed={sampling.seed}")
         print(f"decoding: {mode}")
+        log = ProgressLog(args.progress_log, specs) if args.progress_log else None
         results = run_all(pair, prompts, specs, default_budget, not args.no_warmup, not args.sequential, True,
-                          sampling)
+                          sampling, log)
     except OuroborosError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,41 @@
+"""The aggregate definitions in ouroboros.metrics: one formula, whether from steps or from record summaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from ouroboros.metrics import PromptResult, RunResult, StepRecord, combine_summaries, sum_stats
+
+
+def _step(accepted: int, n_match: int, new: int) -> StepRecord:
+    return StepRecord(n_nodes=4, n_candidates=4, max_depth=4, accepted=accepted, new_tokens=new, n_match=n_match,
+                      target_tokens=5, draft_forwards=4, draft_tokens=4, draft_s=0.01, verify_s=0.02, other_s=0.0)
+
+
+def _run() -> RunResult:
+    a = PromptResult("a", 5, [1, 2, 3, 4, 5], 2.0, 0.5, "budget", [_step(3, 3, 4), _step(0, 1, 1)],
+                     {"lookups": 2, "hits": 1, "pool_phrases": 7, "draft.pool_bytes": 100})
+    b = PromptResult("b", 3, [6, 7], 0.5, 0.1, "eos", [_step(1, 2, 2)],
+                     {"lookups": 1, "hits": 1, "pool_phrases": 9, "draft.pool_bytes": 140})
+    return RunResult("x", [a, b])
+
+
+def test_totals_golden_and_equal_to_the_summaries_aggregate():
+    r = _run()
+    t = r.totals()
+    assert (t["new_tokens"], t["elapsed_s"], t["target_forwards"]) == (7, 2.5, 3)
+    assert t["tokens_per_s"] == pytest.approx(7 / 2.5)
+    assert t["mean_tokens_per_s"] == pytest.approx((5 / 2.0 + 2 / 0.5) / 2)
+    assert t["block_efficiency"] == pytest.approx(7 / 3)
+    assert t["accepted_length"] == pytest.approx(4 / 3) and t["match_per_forward"] == pytest.approx(6 / 3)
+    assert t["draft_forwards"] == 12 and t["prefill_s"] == pytest.approx(0.6)
+    assert t["position_proposed"] == [3, 3, 3, 3] and t["position_accepted"] == [2, 1, 1, 0]
+    comb = combine_summaries([p.summary() for p in r.prompts])
+    assert {k: t[k] for k in comb} == comb
+    old = [{k: v for k, v in p.summary().items() if k not in ("accepted_tokens", "match_tokens")} for p in r.prompts]
+    assert combine_summaries(old) == pytest.approx(comb)   # records written before the raw sums existed
+
+
+def test_counters_add_and_pool_sizes_keep_the_last_value():
+    assert _run().totals()["proposer_stats"] == {"lookups": 3, "hits": 2, "pool_phrases": 9, "draft.pool_bytes": 140}
+    assert sum_stats([]) == {}
