@@ -49,6 +49,9 @@ _MATERIALISING = ("__iter__", "__reversed__", "__contains__", "__eq__", "__ne__"
                   "index", "sort", "pop", "remove", "insert", "reverse", "__delitem__", "__iadd__", "__imul__")
 
 
+_get, _set = list.__getitem__, list.__setitem__
+
+
 class LazyPreds(list):
     """`Scores.preds` of one sim forward over `tokens` / `parents` (a draft tree) hanging off the state `root`:
     preds[0] = predict(root), preds[i + 1] = predict(state after node i). States and predictions are computed
@@ -69,15 +72,15 @@ class LazyPreds(list):
 
     def __getitem__(self, i):  # type: ignore[override]
         if type(i) is int:
-            v = list.__getitem__(self, i)
+            v = _get(self, i)
             if v is None:
                 if i < 0:
                     i += len(self)
                 v = self._predict(self.state(i - 1))
-                list.__setitem__(self, i, v)
+                _set(self, i, v)
             return v
         self.materialise()
-        return list.__getitem__(self, i)
+        return _get(self, i)
 
     def __reduce_ex__(self, protocol):  # type: ignore[override]
         return (list, (list(self),))  # pickles and copies as the plain list
@@ -104,10 +107,10 @@ class LazyPreds(list):
 
     def materialise(self) -> list[int]:
         """Compute every entry; returns self."""
-        get, put, predict, state = list.__getitem__, list.__setitem__, self._predict, self.state
+        predict, state = self._predict, self.state
         for i in range(len(self)):
-            if get(self, i) is None:
-                put(self, i, predict(state(i - 1)))
+            if _get(self, i) is None:
+                _set(self, i, predict(state(i - 1)))
         return self
 
 

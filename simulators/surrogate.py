@@ -122,6 +122,15 @@ def load_corpus(kind: str, vocab_size: int) -> Corpus:
     return Corpus(kind, tok, tok.encode(text))
 
 
+@functools.cache
+def prompt_starts(kind: str, vocab_size: int, max_len: int) -> list[int]:
+    """Where prompts may start in a corpus: at each `def` (code), else every 97 tokens."""
+    corpus = load_corpus(kind, vocab_size)
+    ids, pieces = corpus.ids, corpus.tokenizer.pieces
+    starts = [i for i in range(len(ids) - max_len) if pieces[ids[i]] == "def"]
+    return starts or list(range(0, len(ids) - max_len, 97))
+
+
 # ---------------------------------------------------------------------------------------------- target
 @functools.cache
 def ngram_table(kind: str, vocab_size: int, order: int, top: int) -> dict[tuple[int, ...], tuple[int, ...]]:
@@ -150,6 +159,7 @@ class NGramLM:
         if not 0 <= p_top <= 1:
             raise OuroborosError(f"surrogate p_top must be in [0, 1], got {p_top}")
         self.corpus = load_corpus(corpus, vocab_size)
+        self._corpus_key = (corpus, vocab_size)
         self.vocab_size = self.corpus.tokenizer.vocab_size
         self.table = ngram_table(corpus, vocab_size, order, top)
         self.order, self.tail_len, self.p_top, self.seed = order, tail_len, p_top, seed
@@ -226,9 +236,7 @@ class NGramLM:
         """Prompts cut from the corpus: for code, starting at a `def`; each `min_len..max_len` tokens."""
         ids = self.corpus.ids
         rng = random.Random(seed)
-        starts = [i for i in range(len(ids) - max_len) if self.corpus.tokenizer.pieces[ids[i]] == "def"]
-        if not starts:
-            starts = list(range(0, len(ids) - max_len, 97))
+        starts = prompt_starts(*self._corpus_key, max_len)
         return [ids[s: s + rng.randint(min_len, max_len)] for s in rng.sample(starts, min(n, len(starts)))]
 
 

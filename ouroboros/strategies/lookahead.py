@@ -198,8 +198,8 @@ class LookaheadProposer:
             if self._phrases:
                 st["hits"] += 1
                 self._phrase_nodes = hang_phrases(draft, self._phrases, -1, depth)
-                for s in draft.sources:
-                    st["proposed:" + s] += 1
+                for s, c in Counter(draft.sources).items():
+                    st["proposed:" + s] += c
         if not draft.tokens:
             draft.trunk_len = 0  # probes never form a trunk
         self._probe_nodes = None
