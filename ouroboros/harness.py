@@ -31,15 +31,21 @@ class StrategyRun:
         return self.label or self.name
 
 
+def verifier_for(sampling: SamplingConfig | None) -> Verifier:
+    """The loop's verifier: greedy for `None` / temperature 0, else a fresh exact sampling verifier (one per run:
+    it carries the run's per-prompt random stream)."""
+    if sampling is None or sampling.greedy:
+        return greedy_verifier
+    return SamplingVerifier(sampling)
+
+
 def run_strategy(run: StrategyRun, target: Backend, draft: Backend | None, prompts: Sequence[Sequence[int]],
                  max_new_tokens: int | Sequence[int], eos_ids: Sequence[int] = (),
                  prompt_ids: Sequence[str] | None = None,
                  warmup: bool = True, progress: bool = False, sampling: SamplingConfig | None = None) -> RunResult:
     """`sampling=None` or temperature 0: greedy verification; else the exact sampling verifier."""
     spec = get_spec(run.name)
-    verifier: Verifier = greedy_verifier
-    if sampling is not None and not sampling.greedy:
-        verifier = SamplingVerifier(sampling)
+    verifier = verifier_for(sampling)
     proposer = build_proposer(run.name, run.params, target, draft if spec.needs_draft_model else None)
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     ids = list(prompt_ids) if prompt_ids is not None else [str(i) for i in range(len(prompts))]

@@ -119,6 +119,16 @@ def _upcast_linear(mod: torch.nn.Linear, min_rows: int, x: torch.Tensor) -> torc
     return torch.nn.functional.linear(x.float(), mod.weight.float(), bias).to(x.dtype)
 
 
+def resolve_upcast_rows(rows: int | None) -> int:
+    """`bf16_upcast_rows` as given, or its default (None: 48 on a CPU without native bf16, else 0); one line
+    for a negative value."""
+    if rows is None:
+        return 0 if cpu_has_native_bf16() else 48
+    if rows < 0:
+        raise OuroborosError(f"bf16_upcast_rows must be >= 0 (0 = off), got {rows}")
+    return rows
+
+
 def upcast_bf16_linears(model: torch.nn.Module, min_rows: int) -> int:
     """Route every bf16 CPU nn.Linear given >= min_rows rows through an fp32 product (see the module doc).
     Returns how many layers were routed."""
@@ -146,11 +156,7 @@ def load_model(ref: str, dtype: str = "bfloat16", device: str = "cpu", trust_rem
         raise OuroborosError(f"cannot load model {ref!r}: {str(e).splitlines()[0]}") from None
     if device != "auto":
         model = model.to(device)  # type: ignore[arg-type]
-    if bf16_upcast_rows is None:
-        bf16_upcast_rows = 0 if cpu_has_native_bf16() else 48
-    if bf16_upcast_rows < 0:
-        raise OuroborosError(f"bf16_upcast_rows must be >= 0 (0 = off), got {bf16_upcast_rows}")
-    upcast_bf16_linears(model, bf16_upcast_rows)
+    upcast_bf16_linears(model, resolve_upcast_rows(bf16_upcast_rows))
     return model.eval()
 
 
@@ -211,8 +217,7 @@ def load_hf_pair(target: str | None = None, draft: str | None = None, tokenizer:
     tok = load_tokenizer(tokenizer or target, trust_remote_code)
     if draft:
         check_same_tokenizer(tok, load_tokenizer(draft, trust_remote_code), tokenizer or target, draft)
-    if bf16_upcast_rows is not None and bf16_upcast_rows < 0:
-        raise OuroborosError(f"bf16_upcast_rows must be >= 0 (0 = off), got {bf16_upcast_rows}")
+    bf16_upcast_rows = resolve_upcast_rows(bf16_upcast_rows)  # checked before any weights load
     p = load_model(target, dtype, device, trust_remote_code, bf16_upcast_rows)
     q = load_model(draft, dtype, device, trust_remote_code, bf16_upcast_rows) if draft else None
     eos = tuple(int(e) for e in eos_ids) if eos_ids else eos_ids_of(p, tok)

@@ -36,7 +36,7 @@ import torch
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.draft import CANDIDATE, Draft
-from ouroboros.verify import Verdict
+from ouroboros.verify import Verdict, trunk_match
 
 
 @dataclass
@@ -86,11 +86,6 @@ def seeded_generator(seed: int, key: str, device: torch.device | str = "cpu") ->
     return g
 
 
-def _trunk_match(draft: Draft, draws: list[int]) -> int:
-    toks = draft.tokens
-    return sum(1 for i in range(draft.trunk_len) if toks[i] == draws[i])
-
-
 def verify_tree_sampling(draft: Draft, probs: torch.Tensor, gen: torch.Generator) -> Verdict:
     """Rule 1. probs: [n + 1, V] target distributions at [root, node 0, ...]."""
     draws = torch.multinomial(probs, 1, generator=gen).squeeze(-1).tolist()  # [n + 1], the step's one sync
@@ -112,7 +107,7 @@ def verify_tree_sampling(draft: Draft, probs: torch.Tensor, gen: torch.Generator
                     break
         if nxt < 0:
             return Verdict(path=path, tokens=[toks[i] for i in path] + [x], preds=draws,
-                           n_match=_trunk_match(draft, draws))
+                           n_match=trunk_match(draft, draws))
         path.append(nxt)
         cur = nxt
 
@@ -135,7 +130,7 @@ def verify_chain_rejection(draft: Draft, probs: torch.Tensor, q: torch.Tensor, g
         resid = (probs[m] - q[m].to(probs)).clamp_min(0)  # [V]
         s = resid.sum()
         x = int(torch.multinomial(resid / s, 1, generator=gen)) if s > 0 else draws[m]
-    return Verdict(path=list(range(m)), tokens=draft.tokens[:m] + [x], preds=draws, n_match=_trunk_match(draft, draws))
+    return Verdict(path=list(range(m)), tokens=draft.tokens[:m] + [x], preds=draws, n_match=trunk_match(draft, draws))
 
 
 def verify_multi_candidate(p: torch.Tensor, q: torch.Tensor, candidates: list[int],

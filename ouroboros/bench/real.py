@@ -41,11 +41,12 @@ from tqdm.auto import tqdm
 from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import Prompt, load_prompts
-from ouroboros.decode import Verifier, decode, greedy_verifier
+from ouroboros.decode import decode
+from ouroboros.harness import verifier_for
 from ouroboros.metrics import PromptResult, RunResult, speedup
 from ouroboros.models import LoadedPair, load_pair
 from ouroboros.peers import check_peer, check_peer_models, generate_one, is_peer
-from ouroboros.sampling import SamplingConfig, SamplingVerifier
+from ouroboros.sampling import SamplingConfig
 from ouroboros.strategies import build_proposer, get_spec, make_config
 
 # ours -> the HF peer doing the same job (for the ours / HF ratio lines)
@@ -180,8 +181,8 @@ class ProgressLog:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"run": self.labels[j], "output": r.output, **r.summary()}) + "\n")
         self.done[j].append(r)
-        k = min(len(d) for d in self.done)
-        if len(self.done[j]) == k and all(len(d) == k for d in self.done):
+        k = len(self.done[j])
+        if all(len(d) == k for d in self.done):  # every run has finished prompt k
             rs = [RunResult(lab, d) for lab, d in zip(self.labels, self.done, strict=True)]
             parts = [f"{x.strategy} {x.totals()['tokens_per_s']:.3f} tok/s ({speedup(rs[0], x):.2f}x)" for x in rs]
             print(f"after {k} prompts: " + "; ".join(parts), file=sys.stderr, flush=True)
@@ -197,9 +198,7 @@ def make_runner(s: RunSpec, pair: LoadedPair, target: HFBackend, draft: HFBacken
         return lambda p, b, pid: generate_one(s.name, full, pair.target, pair.draft, p, b, pair.eos_ids, pid,
                                               sampling)
     proposer = build_proposer(s.name, s.params, target, draft if get_spec(s.name).needs_draft_model else None)
-    verifier: Verifier = greedy_verifier
-    if sampling is not None and not sampling.greedy:
-        verifier = SamplingVerifier(sampling)
+    verifier = verifier_for(sampling)
     return lambda p, b, pid: decode(target, proposer, p, b, pair.eos_ids, verifier=verifier, prompt_id=pid)
 
 
