@@ -127,6 +127,7 @@ def test_bench_real_end_to_end_on_a_tiny_pair(tmp_path, capsys):
     import json
 
     lines = [json.loads(ln) for ln in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    assert "header" in lines.pop(0)
     assert len(lines) == 5 * 4 and {ln["run"] for ln in lines} == {"vanilla", "speculative:gamma=3", "pld",
                                                                     "hf_greedy", "hf_pld"}
     assert "after 4 prompts: vanilla" in captured.err
@@ -216,3 +217,63 @@ def test_bench_real_sampling_cli(tmp_path, capsys):
     assert real.main(["--strategies", "vanilla", "--peers", "", "--top-p", "1.5", *common]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: top_p must be in (0, 1], got 1.5"
+
+
+def test_bench_real_resume_decodes_only_unfinished_prompts(tmp_path, capsys):
+    import json
+
+    from test_models import save_tiny
+
+    t = save_tiny(tmp_path / "t")
+    log = tmp_path / "progress.jsonl"
+    base = ["--strategies", "pld", "--peers", "", "--model", "kind=hf", f"target={t}", "eos_ids=[1]",
+            "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
+            "--max-new-tokens", "5", "--dtype", "float64", "--progress-log", str(log)]
+    assert real.main([*base, "--limit", "2"]) == 0
+    first = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert "header" in first[0] and len(first) == 1 + 2 * 2
+    with open(log, "a") as f:  # a line cut short by a kill, and one run's line for a third prompt
+        f.write(json.dumps(first[1])[:40])
+    capsys.readouterr()
+    out = tmp_path / "rec.jsonl"
+    assert real.main([*base, "--limit", "4", "--resume", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    text = captured.out
+    assert "1 unreadable line(s) skipped" in captured.err
+    assert "resume: 2 of 4 prompts finished by every run" in text
+    lines = [json.loads(ln) for ln in log.read_text().splitlines()[len(first) + 1:] if ln.strip()]
+    assert sum("header" in ln for ln in lines) == 1 and len(lines) == 1 + 2 * 2  # only prompts 3 and 4 decoded
+    done_before = {ln["prompt_id"] for ln in first[1:]}
+    done_now = {ln["prompt_id"] for ln in lines if "run" in ln}
+    assert len(done_now) == 2 and not done_before & done_now
+    recs = [json.loads(ln) for ln in out.read_text().splitlines()]
+    van = next(r for r in recs if r["totals"]["strategy"] == "vanilla")
+    assert len(van["prompts"]) == 4
+    old = {ln["prompt_id"]: ln for ln in first if ln.get("run") == "vanilla"}
+    for p in van["prompts"][:2]:   # restored as logged, step records included
+        assert p["elapsed_s"] == old[p["prompt_id"]]["elapsed_s"]
+        assert p["target_forwards"] == old[p["prompt_id"]]["target_forwards"] > 0
+    assert "4/4" in text                                    # restored and new outputs all compared
+
+
+def test_bench_real_resume_refuses_other_settings_and_old_logs(tmp_path, capsys):
+    import json
+
+    from test_models import save_tiny
+
+    t = save_tiny(tmp_path / "t")
+    log = tmp_path / "progress.jsonl"
+    base = ["--strategies", "pld", "--peers", "", "--model", "kind=hf", f"target={t}", "eos_ids=[1]",
+            "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false", "--limit", "1",
+            "--dtype", "float64", "--progress-log", str(log)]
+    assert real.main([*base, "--max-new-tokens", "4"]) == 0
+    capsys.readouterr()
+    assert real.main([*base, "--max-new-tokens", "5", "--resume"]) == 2
+    assert "written with max_new_tokens=4, this run has max_new_tokens=5" in capsys.readouterr().err
+    rec = [json.loads(ln) for ln in log.read_text().splitlines()][1]
+    del rec["steps"]
+    log.write_text(json.dumps(rec) + "\n")
+    assert real.main([*base, "--max-new-tokens", "4", "--resume"]) == 2
+    assert "without step records" in capsys.readouterr().err
+    assert real.main([*base[:-2], "--resume"]) == 2
+    assert "--resume needs --progress-log" in capsys.readouterr().err

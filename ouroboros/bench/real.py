@@ -43,7 +43,7 @@ from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import Prompt, load_prompts
 from ouroboros.decode import decode
 from ouroboros.harness import verifier_for
-from ouroboros.metrics import PromptResult, RunResult, speedup
+from ouroboros.metrics import PromptResult, RunResult, StepRecord, speedup, step_dict
 from ouroboros.models import LoadedPair, load_pair
 from ouroboros.peers import check_peer, check_peer_models, generate_one, is_peer
 from ouroboros.sampling import SamplingConfig
@@ -168,24 +168,89 @@ def ratio_lines(specs: list[RunSpec], results: list[RunResult]) -> list[str]:
 Runner = Callable[[list[int], int, str], PromptResult]
 
 
-class ProgressLog:
-    """`--progress-log`: one JSON line per finished (run, prompt) with its summary and output, flushed at once,
-    and a running tokens/s line per run on stderr every time all runs have finished a prompt."""
+# settings that change what a (run, prompt) measures: a resumed log must have been written with the same ones
+RESUME_KEYS = ("model", "dataset", "max_new_tokens", "dtype", "device", "threads", "temperature", "top_p", "top_k",
+               "sampling_seed")
 
-    def __init__(self, path: str, specs: list[RunSpec]):
+
+class ProgressLog:
+    """`--progress-log`: a header line with the settings (`RESUME_KEYS`), then one JSON line per finished (run,
+    prompt) with its summary, output and step records, flushed at once, and a running tokens/s line per run on
+    stderr every time all runs have finished a prompt. `restore` reads a log back for `--resume`."""
+
+    def __init__(self, path: str, specs: list[RunSpec], settings: dict[str, Any]):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self.path, self.labels = path, [s.label for s in specs]
         self.done: list[list[PromptResult]] = [[] for _ in specs]
+        if os.path.exists(path) and os.path.getsize(path):
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":  # the last line was cut short by a kill: end it, never append to it
+                    self._write({})
+        self._write({"header": {"settings": settings, "runs": self.labels}})
+
+    def _write(self, obj: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write((json.dumps(obj) if obj else "") + "\n")
 
     def __call__(self, j: int, r: PromptResult) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"run": self.labels[j], "output": r.output, **r.summary()}) + "\n")
+        self._write({"run": self.labels[j], "output": r.output, **r.summary(),
+                     "steps": [step_dict(x) for x in r.steps]})
         self.done[j].append(r)
         k = len(self.done[j])
         if all(len(d) == k for d in self.done):  # every run has finished prompt k
             rs = [RunResult(lab, d) for lab, d in zip(self.labels, self.done, strict=True)]
             parts = [f"{x.strategy} {x.totals()['tokens_per_s']:.3f} tok/s ({speedup(rs[0], x):.2f}x)" for x in rs]
             print(f"after {k} prompts: " + "; ".join(parts), file=sys.stderr, flush=True)
+
+    @staticmethod
+    def restore(path: str, labels: list[str], settings: dict[str, Any],
+                prompts: list[Prompt]) -> dict[str, list[PromptResult]]:
+        """prompt id -> one PromptResult per label (in `labels` order), for the prompts of `prompts` that EVERY
+        label finished in the log (the last line wins). A prompt some run did not finish is left out: it is
+        decoded again by every run, so each prompt's runs stay side by side in one process."""
+        if not os.path.exists(path):
+            return {}
+        lens = {p.id: len(p.ids) for p in prompts}
+        got: dict[tuple[str, str], PromptResult] = {}
+        cut = 0
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    cut += 1  # a line cut short by a kill: that (run, prompt) is decoded again
+                    continue
+                if "header" in rec:
+                    old = rec["header"].get("settings", {})
+                    diff = [k for k in RESUME_KEYS if old.get(k) != settings.get(k)]
+                    if diff:
+                        k = diff[0]
+                        raise OuroborosError(f"{path}:{n}: written with {k}={old.get(k)!r}, this run has "
+                                             f"{k}={settings.get(k)!r}; resume only with the same settings")
+                    continue
+                if "steps" not in rec:
+                    raise OuroborosError(f"{path}:{n}: a line without step records (written before --resume "
+                                         "existed); cannot resume from it")
+                if rec["run"] not in labels or rec["prompt_id"] not in lens:
+                    continue
+                if rec["prompt_len"] != lens[rec["prompt_id"]]:
+                    raise OuroborosError(f"{path}:{n}: prompt {rec['prompt_id']} had {rec['prompt_len']} tokens, "
+                                         f"now {lens[rec['prompt_id']]}; resume only with the same prompts")
+                got[(rec["run"], rec["prompt_id"])] = PromptResult(
+                    rec["prompt_id"], rec["prompt_len"], rec["output"], rec["elapsed_s"], rec["prefill_s"],
+                    rec["stop_reason"], [StepRecord(**x) for x in rec["steps"]], rec.get("proposer_stats", {}))
+        if cut:
+            print(f"resume: {path}: {cut} unreadable line(s) skipped (cut short by a kill?)", file=sys.stderr)
+        return {p.id: [got[(lab, p.id)] for lab in labels] for p in prompts
+                if all((lab, p.id) in got for lab in labels)}
+
+    def preload(self, restored: dict[str, list[PromptResult]]) -> None:
+        for rs in restored.values():
+            for d, r in zip(self.done, rs, strict=True):
+                d.append(r)
 
 
 def make_runner(s: RunSpec, pair: LoadedPair, target: HFBackend, draft: HFBackend | None,
@@ -205,23 +270,33 @@ def make_runner(s: RunSpec, pair: LoadedPair, target: HFBackend, draft: HFBacken
 def run_all(pair: LoadedPair, prompts: list[Prompt], specs: list[RunSpec], default_budget: int, warmup: bool,
             interleave: bool = True, progress: bool = True,
             sampling: SamplingConfig | None = None,
-            on_result: Callable[[int, PromptResult], None] | None = None) -> list[RunResult]:
+            on_result: Callable[[int, PromptResult], None] | None = None,
+            restored: dict[str, list[PromptResult]] | None = None) -> list[RunResult]:
     """Every run over every prompt. interleave: prompt by prompt, all runs on each prompt (the order rotated per
     prompt), so background load and drift hit every run alike; else run by run (as `run_strategy` does).
     Warm-up either way: one short decode per run on the first prompt before any clock reading.
-    `on_result(run index, result)` is called after each prompt of each run (a killed run keeps its data)."""
+    `on_result(run index, result)` is called after each prompt of each run (a killed run keeps its data).
+    `restored` (prompt id -> one result per run, from `ProgressLog.restore`): those prompts are not decoded
+    again; their results take their place in prompt order."""
+    restored = restored or {}
     target = HFBackend(pair.target, name="target")
     draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
     budgets = [p.max_new_tokens or default_budget for p in prompts]
     runners = [make_runner(s, pair, target, draft, sampling) for s in specs]
     out: list[list[PromptResult]] = [[] for _ in specs]
-    if warmup and prompts:
+    todo = [p.id not in restored for p in prompts]
+    if warmup and any(todo):
+        i = todo.index(True)
         for run in runners:
-            run(prompts[0].ids, min(8, budgets[0]), "warmup")
+            run(prompts[i].ids, min(8, budgets[i]), "warmup")
     n = len(specs)
     if interleave:
         for i, (p, b) in enumerate(tqdm(list(zip(prompts, budgets, strict=True)), desc="prompts",
                                         disable=not progress)):
+            if p.id in restored:
+                for j in range(n):
+                    out[j].append(restored[p.id][j])
+                continue
             for j in [(i + k) % n for k in range(n)]:
                 out[j].append(runners[j](p.ids, b, p.id))
                 if on_result is not None:
@@ -229,6 +304,9 @@ def run_all(pair: LoadedPair, prompts: list[Prompt], specs: list[RunSpec], defau
     else:
         for j, s in enumerate(specs):
             for p, b in tqdm(list(zip(prompts, budgets, strict=True)), desc=s.label, disable=not progress):
+                if p.id in restored:
+                    out[j].append(restored[p.id][j])
+                    continue
                 out[j].append(runners[j](p.ids, b, p.id))
                 if on_result is not None:
                     on_result(j, out[j][-1])
@@ -280,9 +358,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="append one JSONL record per run here")
     ap.add_argument("--progress-log", default=None,
                     help="append one JSONL line per (run, prompt) as it finishes: a killed run keeps its data")
+    ap.add_argument("--resume", action="store_true",
+                    help="with --progress-log: take the prompts every run already finished in that log (same "
+                         "settings) from it and decode only the rest (phrase pools restart empty)")
     ap.add_argument("--save-outputs", default=None,
                     help="write vanilla's decoded outputs as JSONL {question_id, answer} (mtbench turn-2 input)")
     args = ap.parse_args(argv)
+    if args.resume and not args.progress_log:
+        print("error: --resume needs --progress-log (the log to resume from)", file=sys.stderr)
+        return 2
     try:
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -320,9 +404,17 @@ def main(argv: list[str] | None = None) -> int:
         mode = "greedy" if sampling.greedy else (f"sampling T={sampling.temperature} top_p={sampling.top_p} "
                                                   f"top_k={sampling.top_k} seed={sampling.seed}")
         print(f"decoding: {mode}")
-        log = ProgressLog(args.progress_log, specs) if args.progress_log else None
+        settings = {k: getattr(args, k) for k in RESUME_KEYS}
+        restored: dict[str, list[PromptResult]] = {}
+        if args.resume:
+            restored = ProgressLog.restore(args.progress_log, [s.label for s in specs], settings, prompts)
+            print(f"resume: {len(restored)} of {len(prompts)} prompts finished by every run in "
+                  f"{args.progress_log}; decoding the other {len(prompts) - len(restored)}")
+        log = ProgressLog(args.progress_log, specs, settings) if args.progress_log else None
+        if log is not None:
+            log.preload(restored)
         results = run_all(pair, prompts, specs, default_budget, not args.no_warmup, not args.sequential, True,
-                          sampling, log)
+                          sampling, log, restored)
     except OuroborosError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
