@@ -38,7 +38,7 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import Backend, OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import Prompt, load_prompts
 from ouroboros.decode import decode
@@ -253,7 +253,7 @@ class ProgressLog:
                 d.append(r)
 
 
-def make_runner(s: RunSpec, pair: LoadedPair, target: HFBackend, draft: HFBackend | None,
+def make_runner(s: RunSpec, pair: LoadedPair, target: Backend, draft: Backend | None,
                 sampling: SamplingConfig | None = None) -> Runner:
     """One prompt -> PromptResult for this run; state (a proposer, its pool) lives across prompts. With
     `sampling` (temperature > 0) each run gets its own exact sampling verifier, reseeded per prompt."""

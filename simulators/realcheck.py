@@ -1,0 +1,193 @@
+"""`python -m simulators.realcheck`: does the simulator's clock predict this machine? Real vs modelled time.
+
+1. record: chosen strategies decode chosen prompts on a real pair (greedy, interleaved prompt by prompt as in
+   `ouroboros.bench.real`), each through its own `Recorder`s, so every run leaves a trace of its token decisions
+   (`DIR/trace-<run>.json`) and its measured wall times (`DIR/real.jsonl`);
+2. replay: each run's trace is replayed on the `sim` backend (same strategy, same options, same prompts in the same
+   order: the same forwards, k for k and ctx for ctx) under a hardware profile's clock, normally the one
+   `python -m simulators.calibrate` fitted on this machine (`--hardware cpu_local`);
+3. compare per run: measured vs modelled seconds, in total and decode-only (without prefill), with the relative
+   error; and that the replay made the real run's decisions (same outputs, no unrecorded context).
+
+    python -m simulators.calibrate --model qwen_coder --threads 1 --ks 1,2,3,4,6,8,12,16,24,33 --ctxs 96,192,288
+    python -m simulators.realcheck --strategies vanilla,speculative:gamma=3,pld --limit 10 --max-new-tokens 32 \\
+        --threads 1 --dir realcheck/
+
+`--replay-only` skips step 1 and replays the traces already in DIR (e.g. under another hardware profile: the same
+decisions on an H100's clock). Not a test: timings are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ouroboros.backends.base import OuroborosError
+from ouroboros.datasets import Prompt
+from ouroboros.decode import decode
+from ouroboros.metrics import PromptResult
+from ouroboros.strategies import build_proposer, get_spec
+from simulators.pair import make_pair
+from simulators.profiles import load_conf
+from simulators.replay import load_trace, save_trace, trace_prompts
+
+
+@dataclass
+class Compared:
+    run: str
+    prompts: int
+    real_s: float
+    real_decode_s: float
+    sim_s: float
+    sim_decode_s: float
+    same_outputs: int
+    misses: int
+
+    @property
+    def err(self) -> float:
+        return self.sim_s / self.real_s - 1
+
+    @property
+    def decode_err(self) -> float:
+        return self.sim_decode_s / self.real_decode_s - 1
+
+
+def trace_name(label: str) -> str:
+    return "trace-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", label) + ".json"
+
+
+def record(args, specs, out_dir: str) -> None:
+    """Step 1: real runs, one pair of Recorders per run, interleaved prompt by prompt."""
+    import torch
+
+    from ouroboros.backends.hf import HFBackend
+    from ouroboros.bench.real import make_runner, parse_kind
+    from ouroboros.datasets import load_prompts
+    from ouroboros.models import load_pair
+    from simulators.replay import Recorder
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model_cfg = parse_kind(args.model, "model")
+    data_cfg = parse_kind(args.dataset, "dataset")
+    data_cfg.setdefault("limit", args.limit)
+    if args.ids:
+        data_cfg["ids"] = args.ids.split(",")
+    data_cfg["max_new_tokens"] = args.max_new_tokens
+    pair = load_pair(model_cfg, dtype=args.dtype, device="cpu")
+    vocab = int(pair.target.get_output_embeddings().weight.shape[0])  # type: ignore[operator]
+    prompts = load_prompts(data_cfg, pair.tokenizer, vocab, 0)
+    target = HFBackend(pair.target, name="target")
+    draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
+    recs = [(Recorder(target), Recorder(draft) if draft is not None else None) for _ in specs]
+    runners = [make_runner(s, pair, t, d) for s, (t, d) in zip(specs, recs, strict=True)]
+    for run in runners:  # warm-up outside the traces' prompts is harmless: contexts are keyed by content
+        run(prompts[0].ids, 4, "warmup")
+    results: list[list[PromptResult]] = [[] for _ in specs]
+    n = len(specs)
+    for i, p in enumerate(prompts):
+        for j in [(i + k) % n for k in range(n)]:
+            results[j].append(runners[j](p.ids, args.max_new_tokens, p.id))
+        print(f"prompt {i + 1}/{len(prompts)} {p.id}: " + "; ".join(
+            f"{s.label} {results[j][-1].elapsed_s:.1f} s" for j, s in enumerate(specs)), flush=True)
+    with open(os.path.join(out_dir, "real.jsonl"), "w", encoding="utf-8") as f:
+        for s, (t, d), rs in zip(specs, recs, results, strict=True):
+            tables = {"target": t} if d is None else {"target": t, "draft": d}
+            save_trace(os.path.join(out_dir, trace_name(s.label)), tables, prompts, tuple(pair.eos_ids),
+                       {"run": s.label, "dtype": args.dtype, "threads": args.threads, "time": time.time()})
+            for r in rs:
+                f.write(json.dumps({"run": s.label, "name": s.name, "params": s.params, "budget": args.max_new_tokens,
+                                    "output": r.output, **r.summary()}) + "\n")
+
+
+def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:
+    """Steps 2-3: replay every recorded run under `hardware`'s clock and compare with its measured times."""
+    path = os.path.join(out_dir, "real.jsonl")
+    if not os.path.exists(path):
+        raise OuroborosError(f"{path} not found: record first (run without --replay-only)")
+    real: dict[str, list[dict[str, Any]]] = {}
+    with open(path, encoding="utf-8") as f:
+        for ln in f:
+            rec = json.loads(ln)
+            real.setdefault(rec["run"], []).append(rec)
+    model, hw = load_conf("model", sim_model), load_conf("hardware", hardware)
+    out = []
+    for label, rows in real.items():
+        tpath = os.path.join(out_dir, trace_name(label))
+        sim = make_pair(model, hw, {"tokens": "replay", "trace": tpath})
+        prompts: list[Prompt] = trace_prompts(load_trace(tpath))
+        name, params = rows[0]["name"], rows[0]["params"]
+        proposer = build_proposer(name, params, sim.target,
+                                  sim.draft if get_spec(name).needs_draft_model else None)
+        by_id = {p.id: p for p in prompts}
+        sims = [decode(sim.target, proposer, by_id[r["prompt_id"]].ids, r["budget"], sim.eos_ids,
+                       prompt_id=r["prompt_id"]) for r in rows]
+        misses = sim.target.lm.misses + sim.draft.lm.misses  # type: ignore[attr-defined]
+        out.append(Compared(
+            run=label, prompts=len(rows),
+            real_s=sum(r["elapsed_s"] for r in rows), real_decode_s=sum(r["elapsed_s"] - r["prefill_s"] for r in rows),
+            sim_s=sum(s.elapsed_s for s in sims), sim_decode_s=sum(s.elapsed_s - s.prefill_s for s in sims),
+            same_outputs=sum(s.output == r["output"] for s, r in zip(sims, rows, strict=True)), misses=misses))
+    return out
+
+
+def table(rows: list[Compared], hardware: str) -> str:
+    lines = [f"modelled on hardware={hardware} vs measured wall time",
+             f"{'run':<44}{'prompts':>8}{'real s':>9}{'model s':>9}{'error':>8}{'decode real':>13}"
+             f"{'model':>8}{'error':>8}  same decisions"]
+    for c in rows:
+        lines.append(f"{c.run:<44}{c.prompts:>8}{c.real_s:>9.1f}{c.sim_s:>9.1f}{c.err:>+8.1%}{c.real_decode_s:>13.1f}"
+                     f"{c.sim_decode_s:>8.1f}{c.decode_err:>+8.1%}  {c.same_outputs}/{c.prompts} outputs, "
+                     f"{c.misses} unrecorded contexts")
+    if rows:
+        worst = max(rows, key=lambda c: abs(c.err))
+        lines.append(f"worst total error {worst.err:+.1%} ({worst.run}); worst decode-only error "
+                     f"{max(abs(c.decode_err) for c in rows):.1%}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m simulators.realcheck", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--strategies", default="vanilla,speculative:gamma=3,pld")
+    ap.add_argument("--model", nargs="+", default=["qwen-coder"], help="the real pair (as in ouroboros.bench.real)")
+    ap.add_argument("--sim-model", default="qwen_coder", help="conf/model/<name>.yaml with the pair's profile")
+    ap.add_argument("--hardware", default="cpu_local", help="conf/hardware/<name>.yaml (with fitted costs)")
+    ap.add_argument("--dataset", nargs="+", default=["humaneval"])
+    ap.add_argument("--limit", type=int, default=10)
+    ap.add_argument("--ids", default=None, help="comma-separated prompt ids")
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dir", default="realcheck", help="traces and measured times are written / read here")
+    ap.add_argument("--replay-only", action="store_true", help="replay the traces already in --dir")
+    a = ap.parse_args(argv)
+    try:
+        load_conf("hardware", a.hardware)  # a bad profile name fails before any model is loaded
+        load_conf("model", a.sim_model)
+        if not a.replay_only:
+            from ouroboros.bench.real import parse_runs
+            from ouroboros.strategies import make_config
+
+            if a.max_new_tokens < 1:
+                raise OuroborosError(f"--max-new-tokens must be >= 1, got {a.max_new_tokens}")
+            specs = parse_runs(a.strategies)
+            for s in specs:
+                make_config(s.name, s.params)
+            os.makedirs(a.dir, exist_ok=True)
+            record(a, specs, a.dir)
+        print(table(replay(a.dir, a.sim_model, a.hardware), a.hardware))
+    except OuroborosError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
