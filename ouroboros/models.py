@@ -11,11 +11,14 @@ The draft is optional everywhere (`draft: null`). A draft whose tokenizer differ
 refused. `device: auto` spreads each model over the visible GPUs (`device_map="auto"`).
 
 `bf16_upcast_rows` (kinds hf, gguf, qwen-coder, smollm2): on a CPU without native bf16 (no AVX512-BF16 / AMX),
-torch's bf16 GEMM costs about k times a 1-row product for k rows (measured here: 1536x8960, k=150: 786 ms bf16 vs
-273 ms upcast), so prefill is slow. Linear layers given at least that many rows (default 48; 0 = off) then
-compute in fp32 from the same bf16 weights and round the result to bf16 (what a bf16 GEMM does, summed in
-another order); fewer rows (decode, verification) keep torch's bf16 kernels. It applies to the stock modules,
-so our runs and the `generate` peers get it alike.
+torch's bf16 linear re-reads the weights for every input row, so a forward over k tokens costs about k times a
+1-token forward (measured here, one 1536x8960 layer: k=16 46 ms, k=1 3.4 ms), which is what speculative decoding
+cannot afford. bf16 CPU linear layers given at least that many rows leave torch's kernel: they go through
+`ouroboros.kernels.bf16_linear` (weights read once for all rows, fp32 accumulation, rounded to bf16; k=16: 10 ms;
+row-independent, so a token gets the same linear outputs in a k-token forward as in a 1-token one) or, where
+that kernel cannot be built, through an fp32 product over blocks of the same bf16 weights. Default (null): 1
+with the kernel, 48 (prefill only) without it, off on CPUs with native bf16; 0 = off. It applies to the stock
+modules, so our runs and the `generate` peers get it alike.
 
 Knows nothing of strategies, datasets or the loop.
 """
@@ -112,41 +115,80 @@ def cpu_has_native_bf16() -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX")
 
 
+_SCRATCH: dict[int, torch.Tensor] = {}  # in_features -> fp32 buffer for one block of weight rows (per process)
+UPCAST_BLOCK_BYTES = 1 << 20           # fp32 bytes per weight block: stays in L2 / L3 while every row uses it
+
+
+def _fp32_blocks(x2: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x2 [M, K] fp32 @ w[N, K]^T with w converted to fp32 a block of rows at a time into a reused buffer."""
+    n_out, n_in = w.shape
+    block = max(16, UPCAST_BLOCK_BYTES // (4 * n_in))
+    buf = _SCRATCH.get(n_in)
+    if buf is None or buf.shape[0] < block:
+        buf = _SCRATCH[n_in] = torch.empty(block, n_in)
+    xt = x2.t()
+    out_t = torch.empty(n_out, x2.shape[0])
+    for i in range(0, n_out, block):
+        b = min(block, n_out - i)
+        buf[:b].copy_(w[i:i + b])
+        torch.mm(buf[:b], xt, out=out_t[i:i + b])
+    return out_t.t()
+
+
 def _upcast_linear(mod: torch.nn.Linear, min_rows: int, x: torch.Tensor) -> torch.Tensor:
-    if x.numel() < min_rows * x.shape[-1]:
-        return torch.nn.functional.linear(x, mod.weight, mod.bias)
-    bias = mod.bias.float() if mod.bias is not None else None
-    return torch.nn.functional.linear(x.float(), mod.weight.float(), bias).to(x.dtype)
+    """The routed forward of a bf16 CPU nn.Linear (see the module doc): fewer than min_rows rows (or autograd
+    on the weights) keep torch's kernel; else the bf16 kernel, or the blocked fp32 product without it."""
+    from ouroboros.kernels import kernel
+
+    w = mod.weight
+    n_in = w.shape[1]
+    if x.numel() < min_rows * n_in or (w.requires_grad and torch.is_grad_enabled()):
+        return torch.nn.functional.linear(x, w, mod.bias)
+    x2 = x.reshape(-1, n_in).float().contiguous()
+    op = kernel()
+    out = op(x2, w.contiguous()) if op is not None else _fp32_blocks(x2, w)
+    if mod.bias is not None:
+        out = out + mod.bias.float()
+    return out.to(x.dtype).reshape(*x.shape[:-1], w.shape[0])
 
 
-def resolve_upcast_rows(rows: int | None) -> int:
-    """`bf16_upcast_rows` as given, or its default (None: 48 on a CPU without native bf16, else 0); one line
-    for a negative value."""
-    if rows is None:
-        return 0 if cpu_has_native_bf16() else 48
-    if rows < 0:
+def resolve_upcast_rows(rows: int | None) -> int | None:
+    """`bf16_upcast_rows` checked (one line for a negative value); None stays None (decided per model by
+    `upcast_bf16_linears`, which knows whether there are bf16 CPU layers and builds the kernel only then)."""
+    if rows is not None and rows < 0:
         raise OuroborosError(f"bf16_upcast_rows must be >= 0 (0 = off), got {rows}")
     return rows
 
 
-def upcast_bf16_linears(model: torch.nn.Module, min_rows: int) -> int:
-    """Route every bf16 CPU nn.Linear given >= min_rows rows through an fp32 product (see the module doc).
-    Returns how many layers were routed."""
-    if min_rows <= 0:
+def default_upcast_rows() -> int:
+    """null `bf16_upcast_rows`: off with native bf16; 1 (every forward) with the bf16 kernel; 48 without it."""
+    if cpu_has_native_bf16():
         return 0
-    n = 0
-    for mod in model.modules():
-        if isinstance(mod, torch.nn.Linear) and mod.weight.dtype == torch.bfloat16 and mod.weight.device.type == "cpu":
-            mod.forward = functools.partial(_upcast_linear, mod, min_rows)  # type: ignore[method-assign]
-            n += 1
-    return n
+    from ouroboros.kernels import kernel
+
+    return 1 if kernel() is not None else 48
+
+
+def upcast_bf16_linears(model: torch.nn.Module, min_rows: int | None) -> int:
+    """Route every bf16 CPU nn.Linear given >= min_rows rows (None: `default_upcast_rows`) away from torch's
+    bf16 kernel (see the module doc). Returns how many layers were routed."""
+    mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.bfloat16
+            and m.weight.device.type == "cpu"]
+    if not mods:
+        return 0
+    rows = default_upcast_rows() if min_rows is None else min_rows
+    if rows <= 0:
+        return 0
+    for mod in mods:
+        mod.forward = functools.partial(_upcast_linear, mod, rows)  # type: ignore[method-assign]
+    return len(mods)
 
 
 def load_model(ref: str, dtype: str = "bfloat16", device: str = "cpu", trust_remote_code: bool = False,
                bf16_upcast_rows: int | None = None):
     """A stock causal LM from a hub id, a local directory or a GGUF file, in `dtype`, on `device` (or spread
-    with device_map='auto' when device == 'auto'). `bf16_upcast_rows`: see the module doc (None = 48 when
-    the model is bf16 on a CPU without native bf16, else off)."""
+    with device_map='auto' when device == 'auto'). `bf16_upcast_rows`: see the module doc (None = the
+    default for this CPU)."""
     from transformers import AutoModelForCausalLM
 
     path, kw = _from_pretrained_args(ref, dtype, device, trust_remote_code)
