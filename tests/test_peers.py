@@ -277,3 +277,21 @@ def test_bench_real_resume_refuses_other_settings_and_old_logs(tmp_path, capsys)
     assert "without step records" in capsys.readouterr().err
     assert real.main([*base[:-2], "--resume"]) == 2
     assert "--resume needs --progress-log" in capsys.readouterr().err
+
+
+def test_bench_forward_times_both_kernels(tmp_path, capsys):
+    from test_models import save_tiny
+
+    from ouroboros.bench import forward
+
+    t = save_tiny(tmp_path / "t")
+    model = ["--model", "kind=hf", f"target={t}"]
+    assert forward.main([*model, "--ks", "1,3", "--ctx", "4", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "linear layers routed" in out and "0 linear layers routed" not in out
+    rows = [ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0] in ("1", "3")]
+    assert [r[0] for r in rows] == ["1", "3"] and rows[0][2] == rows[0][4] == "1.00"
+    assert forward.main([*model, "--ks", "0"]) == 2
+    assert "--ks need k >= 1" in capsys.readouterr().err
+    assert forward.main([*model, "--which", "draft"]) == 2
+    assert "has no draft" in capsys.readouterr().err
