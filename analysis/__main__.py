@@ -7,23 +7,20 @@ import argparse
 import sys
 
 from analysis.report import table_rows, to_markdown, write_report
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.sinks import read_records
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
     ap.add_argument("records", help="a records .jsonl file or a folder of them")
     ap.add_argument("--out", default="runs/analysis", help="output folder (default: runs/analysis)")
     ap.add_argument("--format", nargs="+", default=["png", "svg"], choices=["png", "svg", "pdf"])
     args = ap.parse_args(argv)
-    try:
-        records = read_records(args.records)
-        if not records:
-            raise OuroborosError(f"no records in {args.records!r}")
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    records = read_records(args.records)
+    if not records:
+        raise OuroborosError(f"no records in {args.records!r}")
     written = write_report(records, args.out, args.format)
     print(to_markdown(table_rows(records)))
     print(f"wrote tables (table.md/csv, tasks.md/csv) and {len(written)} figure(s) to {args.out}: "

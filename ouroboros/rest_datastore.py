@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import OuroborosError, cli
 
 FORMAT = "ouroboros-rest-datastore"
 VERSION = 1
@@ -222,6 +222,7 @@ def read_docs(tokens: list[str], texts: list[str], tokenizer: str | None, field:
     return docs
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ouroboros.rest_datastore",
                                  description="Build a REST datastore (.npz) from token or text files.")
@@ -232,15 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", help="local tokenizer directory (for --text)")
     ap.add_argument("--field", default="text", help="JSONL field holding the text")
     args = ap.parse_args(argv)
-    try:
-        for p in args.tokens + args.text:
-            if not os.path.isfile(p):
-                raise OuroborosError(f"input {p} does not exist")
-        ds = Datastore.build(read_docs(args.tokens, args.text, args.tokenizer, args.field))
-        ds.save(args.out)
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    for p in args.tokens + args.text:
+        if not os.path.isfile(p):
+            raise OuroborosError(f"input {p} does not exist")
+    ds = Datastore.build(read_docs(args.tokens, args.text, args.tokenizer, args.field))
+    ds.save(args.out)
     print(f"datastore: {len(ds.tokens)} tokens -> {args.out}")
     return 0
 

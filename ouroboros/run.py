@@ -31,7 +31,7 @@ import hydra
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.backends.base import Backend, OuroborosError, report_error
 from ouroboros.config import RunConfig, point_id, point_key, strategy_params, validate
 from ouroboros.datasets import Prompt, load_prompts
 from ouroboros.harness import StrategyRun, run_strategy
@@ -324,8 +324,7 @@ def entry(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(report_error(e))
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

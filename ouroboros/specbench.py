@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.datasets import read_jsonl
 
 
@@ -86,6 +86,7 @@ def write_answers(records: list[dict], out: str | Path, model_id: str | None = N
     return paths
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ouroboros.specbench", description="Spec-Bench answer files "
                                  "from ouroboros records (run the sweep with dataset=specbench first).")
@@ -95,11 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from ouroboros.sinks import read_records
 
-    try:
-        paths = write_answers(read_records(args.records), args.out, args.model_id)
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    paths = write_answers(read_records(args.records), args.out, args.model_id)
     for p in paths:
         print(p)
     print(f"{len(paths)} answer file(s); score with Spec-Bench: python evaluation/speed.py --file-path <answers> "

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
 from ouroboros.metrics import PromptResult
@@ -152,6 +152,7 @@ def table(rows: list[Compared], hardware: str) -> str:
     return "\n".join(lines)
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulators.realcheck", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,24 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="realcheck", help="traces and measured times are written / read here")
     ap.add_argument("--replay-only", action="store_true", help="replay the traces already in --dir")
     a = ap.parse_args(argv)
-    try:
-        load_conf("hardware", a.hardware)  # a bad profile name fails before any model is loaded
-        load_conf("model", a.sim_model)
-        if not a.replay_only:
-            from ouroboros.bench.real import parse_runs
-            from ouroboros.strategies import make_config
+    load_conf("hardware", a.hardware)  # a bad profile name fails before any model is loaded
+    load_conf("model", a.sim_model)
+    if not a.replay_only:
+        from ouroboros.bench.real import parse_runs
+        from ouroboros.strategies import make_config
 
-            if a.max_new_tokens < 1:
-                raise OuroborosError(f"--max-new-tokens must be >= 1, got {a.max_new_tokens}")
-            specs = parse_runs(a.strategies)
-            for s in specs:
-                make_config(s.name, s.params)
-            os.makedirs(a.dir, exist_ok=True)
-            record(a, specs, a.dir)
-        print(table(replay(a.dir, a.sim_model, a.hardware), a.hardware))
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        if a.max_new_tokens < 1:
+            raise OuroborosError(f"--max-new-tokens must be >= 1, got {a.max_new_tokens}")
+        specs = parse_runs(a.strategies)
+        for s in specs:
+            make_config(s.name, s.params)
+        os.makedirs(a.dir, exist_ok=True)
+        record(a, specs, a.dir)
+    print(table(replay(a.dir, a.sim_model, a.hardware), a.hardware))
     return 0
 
 

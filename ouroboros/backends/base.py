@@ -12,15 +12,41 @@ Backends know nothing of strategies, verification rules, budgets or logging.
 
 from __future__ import annotations
 
+import functools
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ParamSpec, Protocol, runtime_checkable
 
 from ouroboros.draft import Draft
 
 
 class OuroborosError(ValueError):
     """A bad input or configuration. Entry points print its message as one line and exit non-zero."""
+
+
+_P = ParamSpec("_P")
+
+
+def report_error(e: OuroborosError) -> int:
+    """Print `error: <message>` to stderr; return the exit code (2) entry points use for a bad input."""
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+
+
+def cli(main: Callable[_P, int]) -> Callable[_P, int]:
+    """Decorate a command-line `main(argv=None) -> int`: an `OuroborosError` it raises is printed as one
+    `error: <message>` line on stderr and main returns 2; otherwise main's own return value is returned."""
+
+    @functools.wraps(main)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except OuroborosError as e:
+            return report_error(e)
+
+    return wrapper
 
 
 @dataclass

@@ -15,9 +15,10 @@ import time
 
 import torch
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import OuroborosError, cli
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ouroboros.bench.forward", description=__doc__.splitlines()[0])
     ap.add_argument("--model", nargs="+", default=["qwen-coder"], help="as in ouroboros.bench.real")
@@ -28,59 +29,55 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="timed forwards per (k, mode); the fastest is kept")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args(argv)
-    try:
-        from ouroboros.bench.real import parse_kind
-        from ouroboros.models import load_pair, upcast_bf16_linears
+    from ouroboros.bench.real import parse_kind
+    from ouroboros.models import load_pair, upcast_bf16_linears
 
-        ks = [int(k) for k in a.ks.split(",")]
-        if min(ks) < 1 or a.ctx < 1 or a.repeats < 1:
-            raise OuroborosError("--ks need k >= 1, --ctx >= 1 and --repeats >= 1")
-        torch.set_num_threads(a.threads)
-        torch.set_grad_enabled(False)
-        cfg = parse_kind(a.model, "model")
-        cfg["bf16_upcast_rows"] = 0  # load with torch's kernels; routing is switched per measurement below
-        pair = load_pair(cfg, dtype=a.dtype)
-        model = pair.target if a.which == "target" else pair.draft
-        if model is None:
-            raise OuroborosError("this model spec has no draft")
-        routed = upcast_bf16_linears(model, None)
-        fwd = {m: m.forward for m in model.modules() if "forward" in vars(m)}
-        g = torch.Generator().manual_seed(0)
-        vocab = int(model.config.vocab_size)  # type: ignore[union-attr,arg-type]
-        import inspect
+    ks = [int(k) for k in a.ks.split(",")]
+    if min(ks) < 1 or a.ctx < 1 or a.repeats < 1:
+        raise OuroborosError("--ks need k >= 1, --ctx >= 1 and --repeats >= 1")
+    torch.set_num_threads(a.threads)
+    torch.set_grad_enabled(False)
+    cfg = parse_kind(a.model, "model")
+    cfg["bf16_upcast_rows"] = 0  # load with torch's kernels; routing is switched per measurement below
+    pair = load_pair(cfg, dtype=a.dtype)
+    model = pair.target if a.which == "target" else pair.draft
+    if model is None:
+        raise OuroborosError("this model spec has no draft")
+    routed = upcast_bf16_linears(model, None)
+    fwd = {m: m.forward for m in model.modules() if "forward" in vars(m)}
+    g = torch.Generator().manual_seed(0)
+    vocab = int(model.config.vocab_size)  # type: ignore[union-attr,arg-type]
+    import inspect
 
-        kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-        out = model(input_ids=torch.randint(0, vocab, (1, a.ctx), generator=g), use_cache=True)
-        cache = out.past_key_values
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    out = model(input_ids=torch.randint(0, vocab, (1, a.ctx), generator=g), use_cache=True)
+    cache = out.past_key_values
 
-        def timed(k: int, use_routed: bool) -> float:
-            for m, f in fwd.items():
-                if use_routed:
-                    m.forward = f
-                elif "forward" in vars(m):
-                    del m.forward
-            best = float("inf")
-            for i in range(a.repeats + 1):
-                x = torch.randint(0, vocab, (1, k), generator=g)
-                t0 = time.perf_counter()
-                model(input_ids=x, use_cache=True, **{kw: cache})
-                if i:  # the first is a warm-up
-                    best = min(best, time.perf_counter() - t0)
-                cache.crop(-k)
-            return best
+    def timed(k: int, use_routed: bool) -> float:
+        for m, f in fwd.items():
+            if use_routed:
+                m.forward = f
+            elif "forward" in vars(m):
+                del m.forward
+        best = float("inf")
+        for i in range(a.repeats + 1):
+            x = torch.randint(0, vocab, (1, k), generator=g)
+            t0 = time.perf_counter()
+            model(input_ids=x, use_cache=True, **{kw: cache})
+            if i:  # the first is a warm-up
+                best = min(best, time.perf_counter() - t0)
+            cache.crop(-k)
+        return best
 
-        print(f"{a.which}, {a.dtype}, {a.threads} thread(s), ctx {a.ctx}; {routed} linear layers routed "
-              f"(0: nothing to route, both columns are torch's kernels)")
-        print(f"{'k':>4} {'torch ms':>10} {'t(k)/t(1)':>10} {'routed ms':>10} {'t(k)/t(1)':>10}")
-        base: dict[bool, float] = {}
-        for k in ks:
-            t = {mode: timed(k, mode) for mode in (False, True)}
-            base = base or t
-            print(f"{k:>4} {t[False] * 1e3:>10.1f} {t[False] / base[False]:>10.2f} {t[True] * 1e3:>10.1f} "
-                  f"{t[True] / base[True]:>10.2f}", flush=True)
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    print(f"{a.which}, {a.dtype}, {a.threads} thread(s), ctx {a.ctx}; {routed} linear layers routed "
+          f"(0: nothing to route, both columns are torch's kernels)")
+    print(f"{'k':>4} {'torch ms':>10} {'t(k)/t(1)':>10} {'routed ms':>10} {'t(k)/t(1)':>10}")
+    base: dict[bool, float] = {}
+    for k in ks:
+        t = {mode: timed(k, mode) for mode in (False, True)}
+        base = base or t
+        print(f"{k:>4} {t[False] * 1e3:>10.1f} {t[False] / base[False]:>10.2f} {t[True] * 1e3:>10.1f} "
+              f"{t[True] / base[True]:>10.2f}", flush=True)
     return 0
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import synthetic_prompts
 from ouroboros.decode import decode
@@ -76,6 +76,7 @@ class ForwardTimer:
         return t
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", nargs="*", default=["kind=tiny", "hidden_size=256", "layers=4"],
@@ -88,46 +89,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved repetitions of the whole prompt set")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args(argv)
-    try:
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        pair = load_pair(parse_kv(args.model), dtype=args.dtype, device=args.device)
-        model: Any = pair.target
-        model.generation_config.eos_token_id = None
-        target = HFBackend(model)
-        if pair.tokenizer is not None:
-            from ouroboros.datasets import load_prompts
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    pair = load_pair(parse_kv(args.model), dtype=args.dtype, device=args.device)
+    model: Any = pair.target
+    model.generation_config.eos_token_id = None
+    target = HFBackend(model)
+    if pair.tokenizer is not None:
+        from ouroboros.datasets import load_prompts
 
-            prompts = [p.ids for p in load_prompts({"kind": "humaneval", "limit": args.prompts}, pair.tokenizer,
-                                                   target.vocab_size)]
-        else:
-            prompts = [p.ids for p in synthetic_prompts(args.prompts, args.prompt_len, target.vocab_size, 0)]
-        vanilla = build_proposer("vanilla", {}, target)
-        timer = ForwardTimer(model)
-        n = args.max_new_tokens
-        decode(target, vanilla, prompts[0], 8)  # warm-up, outside the clock
-        hf_generate(model, prompts[0], 8)
-        ours_s, hf_s, tokens, same = [], [], 0, 0
-        ours_fw, hf_fw = 0.0, 0.0
-        timer.take()
-        for r in range(args.rounds):
-            for i, p in enumerate(prompts):
-                order = (0, 1) if (i + r) % 2 == 0 else (1, 0)  # alternate who goes first
-                for who in order:
-                    if who == 0:
-                        res = decode(target, vanilla, p, n)
-                        ours_s.append(res.elapsed_s)
-                        ours_fw += timer.take()
-                        ours_out = res.output
-                    else:
-                        hf_out, dt = hf_generate(model, p, n)
-                        hf_s.append(dt)
-                        hf_fw += timer.take()
-                tokens += n
-                same += ours_out == hf_out
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        prompts = [p.ids for p in load_prompts({"kind": "humaneval", "limit": args.prompts}, pair.tokenizer,
+                                               target.vocab_size)]
+    else:
+        prompts = [p.ids for p in synthetic_prompts(args.prompts, args.prompt_len, target.vocab_size, 0)]
+    vanilla = build_proposer("vanilla", {}, target)
+    timer = ForwardTimer(model)
+    n = args.max_new_tokens
+    decode(target, vanilla, prompts[0], 8)  # warm-up, outside the clock
+    hf_generate(model, prompts[0], 8)
+    ours_s, hf_s, tokens, same = [], [], 0, 0
+    ours_fw, hf_fw = 0.0, 0.0
+    timer.take()
+    for r in range(args.rounds):
+        for i, p in enumerate(prompts):
+            order = (0, 1) if (i + r) % 2 == 0 else (1, 0)  # alternate who goes first
+            for who in order:
+                if who == 0:
+                    res = decode(target, vanilla, p, n)
+                    ours_s.append(res.elapsed_s)
+                    ours_fw += timer.take()
+                    ours_out = res.output
+                else:
+                    hf_out, dt = hf_generate(model, p, n)
+                    hf_s.append(dt)
+                    hf_fw += timer.take()
+            tokens += n
+            same += ours_out == hf_out
     t_ours, t_hf = sum(ours_s), sum(hf_s)
     # best-of-rounds per prompt: robust to background load (each prompt's fastest run of each runner)
     k = len(prompts)

@@ -38,7 +38,7 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.backends.base import Backend, OuroborosError, cli
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import Prompt, load_prompts
 from ouroboros.decode import decode
@@ -329,6 +329,7 @@ def write_records(path: str, args: dict, results: list[RunResult], base: RunResu
             f.write(json.dumps(rec) + "\n")
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ouroboros.bench.real", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -365,59 +366,54 @@ def main(argv: list[str] | None = None) -> int:
                     help="write vanilla's decoded outputs as JSONL {question_id, answer} (mtbench turn-2 input)")
     args = ap.parse_args(argv)
     if args.resume and not args.progress_log:
-        print("error: --resume needs --progress-log (the log to resume from)", file=sys.stderr)
-        return 2
-    try:
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        sampling = SamplingConfig(args.temperature, args.top_p, args.top_k, args.sampling_seed)
-        specs = parse_runs(args.strategies) + parse_runs(args.peers)
-        for s in specs:  # validate everything before loading a model
-            if is_peer(s.name):
-                check_peer(s.name, s.params)
-            else:
-                make_config(s.name, s.params)
-        specs = [s for s in specs if not (s.name == "vanilla" and not s.params)]
-        specs.insert(0, RunSpec("vanilla", {}, "vanilla"))
-        labels = [s.label for s in specs]
-        if len(set(labels)) != len(labels):
-            raise OuroborosError(f"a run is listed twice: {', '.join(labels)}")
-        model_cfg = parse_kind(args.model, "model")
-        if model_cfg["kind"] in ("qwen-coder", "smollm2"):
-            model_cfg.setdefault("cache_dir", args.cache_dir)
-            model_cfg.setdefault("wheel_dir", args.wheel_dir)
-        data_cfg = parse_kind(args.dataset, "dataset")
-        data_cfg.setdefault("limit", args.limit)
-        data_cfg.setdefault("shuffle", args.shuffle)
-        if args.ids:
-            data_cfg["ids"] = args.ids.split(",")
-        if args.max_new_tokens:
-            data_cfg["max_new_tokens"] = args.max_new_tokens
-        t0 = time.perf_counter()
-        pair = load_pair(model_cfg, dtype=args.dtype, device=args.device)
-        print(f"model loaded in {time.perf_counter() - t0:.1f} s; threads={torch.get_num_threads()}", flush=True)
-        vocab = int(pair.target.get_output_embeddings().weight.shape[0])  # type: ignore[operator]
-        prompts = load_prompts(data_cfg, pair.tokenizer, vocab, args.seed)
-        default_budget = args.max_new_tokens or 128
-        lens = [len(p.ids) for p in prompts]
-        print(f"{len(prompts)} prompts ({min(lens)}-{max(lens)} tokens), dtype={args.dtype}, device={args.device}")
-        mode = "greedy" if sampling.greedy else (f"sampling T={sampling.temperature} top_p={sampling.top_p} "
-                                                  f"top_k={sampling.top_k} seed={sampling.seed}")
-        print(f"decoding: {mode}")
-        settings = {k: getattr(args, k) for k in RESUME_KEYS}
-        restored: dict[str, list[PromptResult]] = {}
-        if args.resume:
-            restored = ProgressLog.restore(args.progress_log, [s.label for s in specs], settings, prompts)
-            print(f"resume: {len(restored)} of {len(prompts)} prompts finished by every run in "
-                  f"{args.progress_log}; decoding the other {len(prompts) - len(restored)}")
-        log = ProgressLog(args.progress_log, specs, settings) if args.progress_log else None
-        if log is not None:
-            log.preload(restored)
-        results = run_all(pair, prompts, specs, default_budget, not args.no_warmup, not args.sequential, True,
-                          sampling, log, restored)
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise OuroborosError("--resume needs --progress-log (the log to resume from)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sampling = SamplingConfig(args.temperature, args.top_p, args.top_k, args.sampling_seed)
+    specs = parse_runs(args.strategies) + parse_runs(args.peers)
+    for s in specs:  # validate everything before loading a model
+        if is_peer(s.name):
+            check_peer(s.name, s.params)
+        else:
+            make_config(s.name, s.params)
+    specs = [s for s in specs if not (s.name == "vanilla" and not s.params)]
+    specs.insert(0, RunSpec("vanilla", {}, "vanilla"))
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        raise OuroborosError(f"a run is listed twice: {', '.join(labels)}")
+    model_cfg = parse_kind(args.model, "model")
+    if model_cfg["kind"] in ("qwen-coder", "smollm2"):
+        model_cfg.setdefault("cache_dir", args.cache_dir)
+        model_cfg.setdefault("wheel_dir", args.wheel_dir)
+    data_cfg = parse_kind(args.dataset, "dataset")
+    data_cfg.setdefault("limit", args.limit)
+    data_cfg.setdefault("shuffle", args.shuffle)
+    if args.ids:
+        data_cfg["ids"] = args.ids.split(",")
+    if args.max_new_tokens:
+        data_cfg["max_new_tokens"] = args.max_new_tokens
+    t0 = time.perf_counter()
+    pair = load_pair(model_cfg, dtype=args.dtype, device=args.device)
+    print(f"model loaded in {time.perf_counter() - t0:.1f} s; threads={torch.get_num_threads()}", flush=True)
+    vocab = int(pair.target.get_output_embeddings().weight.shape[0])  # type: ignore[operator]
+    prompts = load_prompts(data_cfg, pair.tokenizer, vocab, args.seed)
+    default_budget = args.max_new_tokens or 128
+    lens = [len(p.ids) for p in prompts]
+    print(f"{len(prompts)} prompts ({min(lens)}-{max(lens)} tokens), dtype={args.dtype}, device={args.device}")
+    mode = "greedy" if sampling.greedy else (f"sampling T={sampling.temperature} top_p={sampling.top_p} "
+                                              f"top_k={sampling.top_k} seed={sampling.seed}")
+    print(f"decoding: {mode}")
+    settings = {k: getattr(args, k) for k in RESUME_KEYS}
+    restored: dict[str, list[PromptResult]] = {}
+    if args.resume:
+        restored = ProgressLog.restore(args.progress_log, [s.label for s in specs], settings, prompts)
+        print(f"resume: {len(restored)} of {len(prompts)} prompts finished by every run in "
+              f"{args.progress_log}; decoding the other {len(prompts) - len(restored)}")
+    log = ProgressLog(args.progress_log, specs, settings) if args.progress_log else None
+    if log is not None:
+        log.preload(restored)
+    results = run_all(pair, prompts, specs, default_budget, not args.no_warmup, not args.sequential, True,
+                      sampling, log, restored)
     base = results[0]
     identical: dict[str, int] = {}
     divs: dict[str, list[Divergence]] = {}
