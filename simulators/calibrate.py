@@ -21,16 +21,16 @@ from typing import Any
 
 import yaml
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.draft import Draft
 from simulators.cost_model import CostModel, FitPoint, FitReport, fit
 from simulators.profiles import conf_root, load_conf
 
 
-def time_forward(backend, k: int, ctx: int, repeats: int, tree: bool, rng: random.Random) -> float:
-    """Fastest of `repeats` timings of one forward of k tokens (1 pending + k - 1 draft nodes) over ctx cached."""
+def time_forward(backend, k: int, repeats: int, tree: bool, rng: random.Random) -> float:
+    """Fastest of `repeats` timings of one forward of k tokens (1 pending + k - 1 draft nodes) over the backend's
+    cached tokens; every forward is undone (commit nothing, roll back), so the cache is left as it was."""
     v = backend.vocab_size
-    backend.prefill([rng.randrange(v) for _ in range(ctx + 1)])  # ctx cached + 1 pending
     times = []
     for _ in range(repeats + 1):
         toks = [rng.randrange(v) for _ in range(k - 1)]
@@ -53,11 +53,13 @@ def measure(backend, ks: list[int], ctxs: list[int], repeats: int, tree: bool, s
             log=print) -> list[FitPoint]:
     rng = random.Random(seed)
     pts = []
+    v = backend.vocab_size
     for ctx in ctxs:
+        backend.prefill([rng.randrange(v) for _ in range(ctx + 1)])  # ctx cached + 1 pending, once per ctx
         for k in ks:
             if ctx + k + 1 >= backend.max_context:
                 continue
-            s = time_forward(backend, k, ctx, repeats, tree, rng)
+            s = time_forward(backend, k, repeats, tree, rng)
             pts.append(FitPoint(k, ctx, s))
             log(f"  k={k:<4} ctx={ctx:<5} {s * 1e3:9.2f} ms")
     return pts
@@ -125,6 +127,7 @@ def load_backends(model: dict[str, Any], dtype: str):
     return out
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulators.calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen_coder", help="conf/model/<name>.yaml (needs a profile: section "
@@ -139,36 +142,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(conf_root() / "hardware" / "cpu_local.yaml"))
     ap.add_argument("--hardware-name", default="cpu_local")
     a = ap.parse_args(argv)
-    try:
-        import torch
+    import torch
 
-        torch.set_num_threads(a.threads)
-        model = load_conf("model", a.model)
-        if a.names:
-            names = a.names.split(",")
-        else:
-            prof = model.get("profile") or {}
-            if not prof:
-                raise OuroborosError(f"model {a.model!r} has no profile: section; pass --names target[,draft]")
-            names = [prof["target"]["name"], prof["draft"]["name"]]
-        ks = [int(x) for x in a.ks.split(",")]
-        ctxs = [int(x) for x in a.ctxs.split(",")]
-        if min(ks) < 1 or min(ctxs) < 0 or a.repeats < 1:
-            raise OuroborosError("calibration needs k >= 1, ctx >= 0 and repeats >= 1")
-        backends = load_backends(model, a.dtype)
-        costs = {}
-        for (side, be), nm in zip(backends.items(), names, strict=False):
-            print(f"timing {side} ({nm}), {a.dtype}, {a.threads} threads")
-            pts = measure(be, ks, ctxs, a.repeats, a.tree)
-            cm, rep = fit(pts, name=nm)
-            print(report(nm, pts, cm, rep))
-            costs[nm] = cm
-        write_profile(a.out, a.hardware_name, costs, a.threads,
-                      f"{a.dtype}, {'tree' if a.tree else 'chain'} forwards, ks {a.ks}, ctxs {a.ctxs}")
-        print(f"profile written to {a.out}")
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    torch.set_num_threads(a.threads)
+    model = load_conf("model", a.model)
+    if a.names:
+        names = a.names.split(",")
+    else:
+        prof = model.get("profile") or {}
+        if not prof:
+            raise OuroborosError(f"model {a.model!r} has no profile: section; pass --names target[,draft]")
+        names = [prof["target"]["name"], prof["draft"]["name"]]
+    ks = [int(x) for x in a.ks.split(",")]
+    ctxs = [int(x) for x in a.ctxs.split(",")]
+    if min(ks) < 1 or min(ctxs) < 0 or a.repeats < 1:
+        raise OuroborosError("calibration needs k >= 1, ctx >= 0 and repeats >= 1")
+    backends = load_backends(model, a.dtype)
+    costs = {}
+    for (side, be), nm in zip(backends.items(), names, strict=False):
+        print(f"timing {side} ({nm}), {a.dtype}, {a.threads} threads")
+        pts = measure(be, ks, ctxs, a.repeats, a.tree)
+        cm, rep = fit(pts, name=nm)
+        print(report(nm, pts, cm, rep))
+        costs[nm] = cm
+    write_profile(a.out, a.hardware_name, costs, a.threads,
+                  f"{a.dtype}, {'tree' if a.tree else 'chain'} forwards, ks {a.ks}, ctxs {a.ctxs}")
+    print(f"profile written to {a.out}")
     return 0
 
 

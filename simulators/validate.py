@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.decode import decode
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.cost_model import CostModel
@@ -391,6 +391,7 @@ def closed_form(new_tokens: int, out=print) -> None:
             f"{r.stderr / r.expected:>9.2%}{r.forwards:>10}")
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulators.validate", description=__doc__.splitlines()[0])
     ap.add_argument("check", choices=["paper", "closed-form"])
@@ -400,14 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sps", choices=["hf", "tuned"], default="hf",
                     help="paper: SpS draft length prior: HF assisted-generation schedule, or best fixed gamma per task")
     a = ap.parse_args(argv)
-    try:
-        if a.check == "paper":
-            paper(a.prompts, a.seed, a.sps)
-        else:
-            closed_form(a.tokens)
-    except OuroborosError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if a.prompts < 1 or a.tokens < 1:
+        raise OuroborosError(f"--prompts and --tokens must be >= 1, got {a.prompts} and {a.tokens}")
+    if a.check == "paper":
+        paper(a.prompts, a.seed, a.sps)
+    else:
+        closed_form(a.tokens)
     return 0
 
 

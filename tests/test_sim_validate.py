@@ -57,3 +57,13 @@ def test_overheads_add_per_forward():
     r = Run(new_tokens=10, steps=4, target_s=1.0, draft_s=0.5, target_fw=5, draft_fw=20)
     assert r.eta == 2.5
     assert r.tps(0.1, 0.01) == pytest.approx(10 / (1.0 + 0.5 + 0.5 + 0.2))
+
+
+def test_validate_cli_refuses_empty_runs(capsys):
+    from simulators.validate import main
+
+    assert main(["paper", "--prompts", "0"]) == 2
+    assert main(["closed-form", "--tokens", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --prompts and --tokens must be >= 1, got 0 and 200000",
+                   "error: --prompts and --tokens must be >= 1, got 16 and -1"]
