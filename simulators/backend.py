@@ -3,8 +3,9 @@
 - `SimClock`: a clock that only moves when a forward is charged to it. The target and the draft of a pair
   share one, so the loop's draft / verify split is modelled time.
 - `SimBackend`: token decisions from a `TokenModel` (surrogate LM or trace replay, incremental states, so a
-  tree of n nodes costs n steps); every forward charges `cost.forward_s(k, ctx)` with k = tokens fed
-  (pending + draft nodes, probes included) and ctx = cached tokens. Same cache convention as `hf`: the
+  tree of n nodes costs n steps); every forward charges `cost.forward_s(k, ctx, logits)` with k = tokens fed
+  (pending + draft nodes, probes included), ctx = cached tokens and logits = LM-head rows computed (draft
+  nodes + 1, as `hf` keeps them; 1 for a prefill). Same cache convention as `hf`: the
   last committed token(s) stay pending and are fed with the next forward.
 - `LazyPreds`: the predictions a sim forward returns, each computed when first read. A TokenModel's
   prediction is a pure function of the context state, so evaluating only the nodes a strategy reads gives
@@ -164,7 +165,7 @@ class SimBackend:
         self.cache_len = 0
         self._scored_nodes = -1
         if len(prompt) > 1:
-            dt = self.cost.forward_s(len(prompt) - 1, 0)
+            dt = self.cost.forward_s(len(prompt) - 1, 0, logits=1)  # a prefill keeps the last row's logits only
             self.clock.charge(dt)
             self.busy_s += dt
             self.cache_len = len(prompt) - 1
@@ -178,7 +179,7 @@ class SimBackend:
             raise RuntimeError("no pending token to score from (call prefill first)")
         n = len(draft.tokens)
         preds = LazyPreds(self._states[-1], draft.tokens, draft.parents, self.lm.step, self.lm.predict)
-        dt = self.cost.forward_s(n_p + n, self.cache_len)
+        dt = self.cost.forward_s(n_p + n, self.cache_len, logits=n + 1)  # rows: the root's + one per node
         self.clock.t += dt
         self.busy_s += dt
         c = self.counters
@@ -255,14 +256,14 @@ class ProxyBackend:
     def prefill(self, prompt: list[int]) -> None:
         self.inner.prefill(prompt)
         if len(prompt) > 1:
-            dt = self.cost.forward_s(len(prompt) - 1, 0)
+            dt = self.cost.forward_s(len(prompt) - 1, 0, logits=1)
             self.clock.charge(dt)
             self.busy_s += dt
 
     def score(self, draft: Draft, want_logits: bool = False) -> Scores:
         k, ctx = len(self.inner.tokens) - self.inner.cache_len + len(draft), self.inner.cache_len
         out = self.inner.score(draft, want_logits)
-        dt = self.cost.forward_s(k, ctx)
+        dt = self.cost.forward_s(k, ctx, logits=len(draft) + 1)
         self.clock.charge(dt)
         self.busy_s += dt
         return out

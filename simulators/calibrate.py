@@ -5,7 +5,8 @@ whose `costs:` section holds the fitted models by model name (make_pair picks th
 
 Forwards are timed through the backend's own score() (chain drafts: the loop's common case; `--tree` times
 tree-masked forwards instead), fastest of `--repeats` runs after a warm-up (other load only adds time), with
-`torch.set_num_threads`.
+`torch.set_num_threads`. Then the LM head's cost per logits row (`measure_head`): a long forward timed scored (logits
+at every row) and as a prefill (last row only), so a modelled prefill is charged one row, as the real one computes.
 Knows nothing of strategies.
 """
 
@@ -17,6 +18,7 @@ import platform
 import random
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -63,6 +65,28 @@ def measure(backend, ks: list[int], ctxs: list[int], repeats: int, tree: bool, s
             pts.append(FitPoint(k, ctx, s))
             log(f"  k={k:<4} ctx={ctx:<5} {s * 1e3:9.2f} ms")
     return pts
+
+
+def measure_head(backend, ks: list[int], repeats: int, seed: int = 0, log=print) -> float:
+    """Seconds per LM-head row: a forward of k tokens at ctx 0 timed scored (logits at all k rows, as `measure`
+    times forwards) and as a prefill (logits at the last row only), fastest of `repeats` each after a warm-up; the
+    difference over k - 1 rows, averaged over the two largest ks >= 8 (0 when there are none)."""
+    rng = random.Random(seed + 1)
+    v = backend.vocab_size
+    big = sorted(k for k in ks if k >= 8 and k + 2 < backend.max_context)[-2:]
+    rows = []
+    for k in big:
+        one = []
+        for _ in range(repeats + 1):
+            toks = [rng.randrange(v) for _ in range(k + 1)]
+            t0 = backend.clock.now()
+            backend.prefill(toks)  # k tokens forwarded, logits kept at the last one
+            one.append(backend.clock.now() - t0)
+        backend.prefill([rng.randrange(v)])  # nothing cached, 1 pending
+        s_full, s_one = time_forward(backend, k, repeats, False, rng), min(one[1:])
+        rows.append(max(s_full - s_one, 0.0) / (k - 1))
+        log(f"  k={k:<4} ctx=0     all logits {s_full * 1e3:9.2f} ms  last row only {s_one * 1e3:9.2f} ms")
+    return sum(rows) / len(rows) if rows else 0.0
 
 
 def report(name: str, pts: list[FitPoint], cm: CostModel, rep: FitReport) -> str:
@@ -163,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"timing {side} ({nm}), {a.dtype}, {a.threads} threads")
         pts = measure(be, ks, ctxs, a.repeats, a.tree)
         cm, rep = fit(pts, name=nm)
+        cm = replace(cm, head_s_per_row=measure_head(be, ks, a.repeats))
         print(report(nm, pts, cm, rep))
+        print(f"{nm}: LM head {cm.head_s_per_row * 1e3:.3f} ms per logits row (a prefill keeps one row)")
         costs[nm] = cm
     write_profile(a.out, a.hardware_name, costs, a.threads,
                   f"{a.dtype}, {'tree' if a.tree else 'chain'} forwards, ks {a.ks}, ctxs {a.ctxs}")

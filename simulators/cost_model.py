@@ -9,6 +9,10 @@
   (memory bound, small k) vs 2 * params FLOP per token (compute bound, large k), k rounded up to the tile;
 - kv_s_per_ctx: reading one cached token's K and V in every layer; attn_s_per_q_ctx: the QK^T and AV cost of one
   query x one key (the k new tokens attend to the ctx cached ones and to each other: k x (ctx + k) pairs).
+- head_s_per_row: what one LM-head output row (a logits row) costs. The formula above is for a forward that
+  computes logits at every fed token, as scoring does (k rows); one that keeps fewer (`logits=`: a prefill keeps
+  1) is cheaper by head_s_per_row per row not computed, floored at fixed + weight reads + KV reads. A big vocabulary
+  makes this matter: Qwen2.5's LM head (151,936 x 1,536) is about 15% of a long prefill's product on a CPU.
   With `attention: eager` in the hardware profile (HF transformers' eager LlamaAttention, as the Ouroboros
   paper's code runs) the score matrix [heads, k, ctx + k] is materialised in memory (fp16 scores, scaling, mask
   add, fp32 softmax, cast back: 24 bytes per element at fp16) and the KV cache is copied (torch.cat of the
@@ -52,6 +56,7 @@ class CostModel:
     tile: int = 1
     kv_s_per_ctx: float = 0.0
     attn_s_per_q_ctx: float = 0.0
+    head_s_per_row: float = 0.0
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -62,21 +67,27 @@ class CostModel:
         if self.tile < 1:
             raise OuroborosError(f"cost model {self.name!r}: tile must be >= 1, got {self.tile}")
 
-    def forward_s(self, k: int, ctx: int) -> float:
-        """Seconds for one forward of k >= 1 new tokens over ctx >= 0 cached tokens."""
+    def forward_s(self, k: int, ctx: int, logits: int | None = None) -> float:
+        """Seconds for one forward of k >= 1 new tokens over ctx >= 0 cached tokens, computing `logits` rows of
+        the LM head (default: all k)."""
         if k <= 0 or ctx < 0:
             raise OuroborosError(f"a forward needs k >= 1 new tokens and ctx >= 0 cached ones, got k={k}, ctx={ctx}")
         kt = -(-k // self.tile) * self.tile
         mm = self.flop_s_per_token * kt
-        return (self.fixed_s + self.token_s * k + (mm if mm > self.weight_s else self.weight_s)
-                + ctx * self.kv_s_per_ctx + self.attn_s_per_q_ctx * k * (ctx + k))
+        t = (self.fixed_s + self.token_s * k + (mm if mm > self.weight_s else self.weight_s)
+             + ctx * self.kv_s_per_ctx + self.attn_s_per_q_ctx * k * (ctx + k))
+        if logits is not None and logits < k and self.head_s_per_row:
+            floor = self.fixed_s + self.weight_s + ctx * self.kv_s_per_ctx
+            t = max(t - self.head_s_per_row * (k - max(logits, 1)), floor)
+        return t
 
     def scaled(self, factor: float) -> CostModel:
         if not factor > 0:
             raise OuroborosError(f"cost scale factor must be > 0, got {factor}")
         return replace(self, fixed_s=self.fixed_s * factor, token_s=self.token_s * factor,
                        weight_s=self.weight_s * factor, flop_s_per_token=self.flop_s_per_token * factor,
-                       kv_s_per_ctx=self.kv_s_per_ctx * factor, attn_s_per_q_ctx=self.attn_s_per_q_ctx * factor)
+                       kv_s_per_ctx=self.kv_s_per_ctx * factor, attn_s_per_q_ctx=self.attn_s_per_q_ctx * factor,
+                       head_s_per_row=self.head_s_per_row * factor)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,8 +132,10 @@ def from_spec(model: ModelProfile, hw: Hardware, dtype: str = "fp16") -> CostMod
         weight_s, flop_tok, kv, attn = weight_s / d, flop_tok / d, kv / d, attn / d
         fixed += 2 * model.layers * hw.link_latency_s
         token += 2 * model.layers * 2 * (d - 1) / d * model.hidden * b / link
+    head = 2.0 * model.vocab * model.hidden / fl / (d if hw.placement == "tensor" and d > 1 else 1)
     return CostModel(fixed_s=fixed, token_s=token, weight_s=weight_s, flop_s_per_token=flop_tok, tile=hw.tile,
-                     kv_s_per_ctx=kv, attn_s_per_q_ctx=attn, name=f"{model.name}@{hw.name}/{dtype}")
+                     kv_s_per_ctx=kv, attn_s_per_q_ctx=attn, head_s_per_row=head,
+                     name=f"{model.name}@{hw.name}/{dtype}")
 
 
 def scaled_to(t1_s: float, base: CostModel | None, ctx_ref: int = 256, name: str = "") -> CostModel:

@@ -228,8 +228,8 @@ def sps_plan(trace: Trace, a: float, setting: str, with_cost: bool = True) -> Ru
     t_s = d_s = 0.0
     for plen, runs in zip(trace.prompt_lens, trace.runs(a), strict=True):
         if with_cost:
-            t_s += ct.forward_s(plen - 1, 0)
-            d_s += cd.forward_s(plen - 1, 0)
+            t_s += ct.forward_s(plen - 1, 0, logits=1)  # prefills keep the last row's logits
+            d_s += cd.forward_s(plen - 1, 0, logits=1)
         t_fw += 1
         d_fw += 1
         pos, pending = 0, 1
@@ -242,7 +242,7 @@ def sps_plan(trace: Trace, a: float, setting: str, with_cost: bool = True) -> Ru
             if with_cost:
                 ctx = plen - 1 + pos
                 if g:
-                    d_s += cd.forward_s(pending, ctx + 1 - pending) + (g - 1) * cd.forward_s(1, ctx + 1)
+                    d_s += cd.forward_s(pending, ctx + 1 - pending, logits=1) + (g - 1) * cd.forward_s(1, ctx + 1)
                 t_s += ct.forward_s(1 + g, ctx)
             d_fw += g
             t_fw += 1

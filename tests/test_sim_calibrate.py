@@ -19,8 +19,10 @@ def test_calibrate_tiny_writes_a_usable_profile(tmp_path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     assert "tiny-t: fit error mean" in text and "tiny-d: fit error mean" in text
+    assert "tiny-t: LM head" in text and "k=16   ctx=0     all logits" in text
     hw = yaml.safe_load(out.read_text())
     assert set(hw["costs"]) == {"tiny-t", "tiny-d"}
+    assert all(c["head_s_per_row"] >= 0 for c in hw["costs"].values())
     pair = make_pair({"name": "tiny", "profile": TINY_PROFILE}, hw, {"dtype": "fp32", "ctx": 512})
     assert pair.costs["target"].name.endswith("/fitted")
     assert pair.costs["target"].forward_s(1, 8) > 0

@@ -127,3 +127,30 @@ def test_fit_recovers_a_known_model():
         assert cm.forward_s(k, c) == pytest.approx(true.forward_s(k, c), rel=0.03)
     with pytest.raises(OuroborosError, match="seconds > 0"):
         fit([FitPoint(1, 0, -1.0)] * 8)
+
+
+def test_logits_rows_kept():
+    from dataclasses import replace
+
+    c = CostModel(fixed_s=1, token_s=0.1, weight_s=2, flop_s_per_token=0.5, tile=4, kv_s_per_ctx=0.01,
+                  attn_s_per_q_ctx=0.001, head_s_per_row=0.05)
+    assert c.forward_s(5, 100, logits=5) == c.forward_s(5, 100)          # every row: a scored forward
+    assert c.forward_s(5, 100, logits=1) == pytest.approx(7.025 - 4 * 0.05)
+    assert c.forward_s(5, 100, logits=0) == c.forward_s(5, 100, logits=1)  # a forward yields at least one row
+    greedy_head = replace(c, head_s_per_row=10.0)
+    assert greedy_head.forward_s(5, 100, logits=1) == pytest.approx(1 + 2 + 100 * 0.01)  # floor: fixed + weights + KV
+    assert c.scaled(2).forward_s(5, 100, logits=1) == pytest.approx(2 * c.forward_s(5, 100, logits=1))
+    with pytest.raises(OuroborosError) as e:
+        CostModel(head_s_per_row=-1.0)
+    assert "head_s_per_row must be >= 0" in one_line(e)
+
+
+def test_spec_head_row_and_sim_prefill_charge_one_row():
+    pair = make_pair(load_conf("model", "qwen_coder"), load_conf("hardware", "h100"), {"corpus": "code"})
+    cost = pair.costs["target"]
+    assert cost.head_s_per_row > 0
+    assert cost.forward_s(400, 0, logits=1) < cost.forward_s(400, 0)
+    prompt = pair.default_prompts(1, 0)[0].ids
+    t0 = pair.clock.now()
+    pair.target.prefill(prompt)
+    assert pair.clock.now() - t0 == pytest.approx(cost.forward_s(len(prompt) - 1, 0, logits=1))
