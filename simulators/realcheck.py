@@ -2,7 +2,8 @@
 
 1. record: chosen strategies decode chosen prompts on a real pair (greedy, interleaved prompt by prompt as in
    `ouroboros.bench.real`), each through its own `Recorder`s, so every run leaves a trace of its token decisions
-   (`DIR/trace-<run>.json`) and its measured wall times (`DIR/real.jsonl`);
+   (`DIR/trace-<run>.json`) and its measured wall times (`DIR/real.jsonl`), both rewritten after every prompt, so
+   a run stopped part way can still be replayed (`--replay-only`) on the prompts it finished;
 2. replay: each run's trace is replayed on the `sim` backend (same strategy, same options, same prompts in the same
    order: the same forwards, k for k and ctx for ctx) under a hardware profile's clock, normally the one
    `python -m simulators.calibrate` fitted on this machine (`--hardware cpu_local`);
@@ -96,14 +97,28 @@ def record(args, specs, out_dir: str) -> None:
             results[j].append(runners[j](p.ids, args.max_new_tokens, p.id))
         print(f"prompt {i + 1}/{len(prompts)} {p.id}: " + "; ".join(
             f"{s.label} {results[j][-1].elapsed_s:.1f} s" for j, s in enumerate(specs)), flush=True)
-    with open(os.path.join(out_dir, "real.jsonl"), "w", encoding="utf-8") as f:
-        for s, (t, d), rs in zip(specs, recs, results, strict=True):
-            tables = {"target": t} if d is None else {"target": t, "draft": d}
-            save_trace(os.path.join(out_dir, trace_name(s.label)), tables, prompts, tuple(pair.eos_ids),
-                       {"run": s.label, "dtype": args.dtype, "threads": args.threads, "time": time.time()})
-            for r in rs:
-                f.write(json.dumps({"run": s.label, "name": s.name, "params": s.params, "budget": args.max_new_tokens,
-                                    "output": r.output, **r.summary()}) + "\n")
+        # after every prompt: a run stopped part way keeps what it measured (--replay-only replays it)
+        save_record(out_dir, specs, recs, results, prompts[: i + 1], tuple(pair.eos_ids), args)
+
+
+def save_record(out_dir: str, specs, recs, results: list[list[PromptResult]], prompts: list[Prompt],
+                eos_ids: tuple[int, ...], args) -> None:
+    """Write each run's trace and the measured times of the prompts done so far; every file is replaced whole
+    (written aside, then renamed), so a kill never leaves a half-written one."""
+    lines = []
+    for s, (t, d), rs in zip(specs, recs, results, strict=True):
+        tables = {"target": t} if d is None else {"target": t, "draft": d}
+        path = os.path.join(out_dir, trace_name(s.label))
+        save_trace(path + ".part", tables, prompts, eos_ids,
+                   {"run": s.label, "dtype": args.dtype, "threads": args.threads, "time": time.time()})
+        os.replace(path + ".part", path)
+        for r in rs:
+            lines.append(json.dumps({"run": s.label, "name": s.name, "params": s.params, "budget": args.max_new_tokens,
+                                     "output": r.output, **r.summary()}) + "\n")
+    path = os.path.join(out_dir, "real.jsonl")
+    with open(path + ".part", "w", encoding="utf-8") as f:
+        f.writelines(lines)
+    os.replace(path + ".part", path)
 
 
 def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:

@@ -41,3 +41,32 @@ def test_bad_inputs_one_line(tmp_path, capsys):
     assert "real.jsonl not found: record first" in capsys.readouterr().err
     assert realcheck.main(["--strategies", "nosuch", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
     assert "nosuch" in capsys.readouterr().err
+
+
+def test_a_stopped_recording_keeps_its_finished_prompts(tmp_path, capsys, monkeypatch):
+    from ouroboros.backends.base import OuroborosError
+    from ouroboros.bench import real
+
+    make = real.make_runner
+
+    def failing_runner(*a, **kw):
+        run = make(*a, **kw)
+
+        def wrapped(ids, budget, pid):
+            if pid == "p2":
+                raise OuroborosError("stopped on p2")
+            return run(ids, budget, pid)
+        return wrapped
+
+    monkeypatch.setattr(real, "make_runner", failing_runner)
+    t, d = save_tiny(tmp_path / "t"), save_tiny(tmp_path / "d", seed=1)
+    out = tmp_path / "rc"
+    argv = ["--strategies", "vanilla,speculative:gamma=3", "--model", "kind=hf", f"target={t}", f"draft={d}",
+            "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
+            "--max-new-tokens", "8", "--dtype", "float64", "--hardware", "h200", "--dir", str(out)]
+    assert realcheck.main(argv) == 2
+    assert "error: stopped on p2" in capsys.readouterr().err
+    assert not list(out.glob("*.part"))
+    assert realcheck.main(["--replay-only", "--dir", str(out), "--hardware", "h200"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if "outputs," in ln]
+    assert len(rows) == 2 and all("1/1 outputs, 0 unrecorded contexts" in ln for ln in rows)
