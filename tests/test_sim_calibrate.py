@@ -33,3 +33,14 @@ def test_calibrate_bad_input(capsys):
     assert "unknown model profile 'nope'" in capsys.readouterr().err
     assert main(["--model", "tiny", "--names", "a,b", "--ks", "0,1"]) == 2
 
+
+
+def test_timing_statistic():
+    import pytest
+
+    from ouroboros.backends.base import OuroborosError
+    from simulators.calibrate import pick
+
+    assert pick([0.3, 0.1, 0.2], "median") == 0.2 and pick([0.3, 0.1, 0.2], "min") == 0.1
+    with pytest.raises(OuroborosError, match="unknown timing statistic 'mean'"):
+        pick([0.1], "mean")
