@@ -80,6 +80,23 @@ static void tile(const float* x, int64_t K, const uint16_t* w, int nr, float* y,
   }
 }
 
+// y = x w^T over all M rows: weight rows in groups of NR (threads split the groups), input rows in tiles of MT
+// (then 2, then 1 for the remainder). The tile shape changes speed, never the sums.
+template <int NR, int MT>
+static void run(const float* xp, const uint16_t* wp, float* yp, int64_t M, int64_t K, int64_t N) {
+  at::parallel_for(0, (N + NR - 1) / NR, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t n = NR * p;
+      const int nr = static_cast<int>(std::min<int64_t>(NR, N - n));
+      const uint16_t* wn = wp + n * K;
+      int64_t m0 = 0;
+      for (; m0 + MT <= M; m0 += MT) tile<NR, MT>(xp + m0 * K, K, wn, nr, yp + m0 * N, N, n);
+      for (; m0 + 2 <= M; m0 += 2) tile<NR, 2>(xp + m0 * K, K, wn, nr, yp + m0 * N, N, n);
+      if (m0 < M) tile<NR, 1>(xp + m0 * K, K, wn, nr, yp + m0 * N, N, n);
+    }
+  });
+}
+
 torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor w) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(), "x: contiguous fp32 [M, K]");
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kBFloat16 && w.is_contiguous(), "w: contiguous bf16 [N, K]");
@@ -89,18 +106,10 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor w) {
   const float* xp = x.data_ptr<float>();
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
   float* yp = y.data_ptr<float>();
-  constexpr int NR = 4;
-  at::parallel_for(0, (N + NR - 1) / NR, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t n = NR * p;
-      const int nr = static_cast<int>(std::min<int64_t>(NR, N - n));
-      const uint16_t* wn = wp + n * K;
-      for (int64_t m0 = 0; m0 < M; m0 += 2) {
-        if (M - m0 >= 2) tile<NR, 2>(xp + m0 * K, K, wn, nr, yp + m0 * N, N, n);
-        else tile<NR, 1>(xp + m0 * K, K, wn, nr, yp + m0 * N, N, n);
-      }
-    }
-  });
+  // 4 weight rows x 2 input rows for M < 4; 3 x 4 from M = 4 on (12 accumulators + 3 weight vectors + 1 input
+  // vector = the 16 ymm registers; measured 10-25% faster than 4 x 2 at M >= 4 on a Zen 3 core)
+  if (M >= 4) run<3, 4>(xp, wp, yp, M, K, N);
+  else run<4, 2>(xp, wp, yp, M, K, N);
   return y;
 }
 """
@@ -135,7 +144,7 @@ def _build():
     try:
         from torch.utils.cpp_extension import load_inline
 
-        mod = load_inline(name="ouroboros_bf16_linear_v2", cpp_sources=[_SRC], functions=["bf16_linear"],
+        mod = load_inline(name="ouroboros_bf16_linear_v3", cpp_sources=[_SRC], functions=["bf16_linear"],
                           extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],
                           verbose=False)
     except Exception as e:  # no compiler, no ninja, a read-only cache: torch's kernels stay

@@ -10,7 +10,8 @@ from ouroboros.models import _fp32_blocks
 op = kernels.kernel()
 needs_kernel = pytest.mark.skipif(op is None, reason=f"bf16 kernel unavailable: {kernels.unavailable_reason()}")
 
-SHAPES = [(1, 8, 1), (7, 13, 1), (9, 24, 5), (33, 8, 3), (64, 100, 9), (257, 1536, 8)]  # (N, K, M)
+# (N, K, M): M < 4 runs 4 x 2 tiles, M >= 4 runs 3 x 4 tiles with 2- and 1-row remainders
+SHAPES = [(1, 8, 1), (7, 13, 1), (9, 24, 5), (33, 8, 3), (64, 100, 9), (257, 1536, 8), (5, 17, 6), (11, 40, 13)]
 
 
 @needs_kernel
