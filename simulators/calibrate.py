@@ -33,8 +33,8 @@ from simulators.profiles import conf_root, load_conf
 
 
 def time_forward(backend, k: int, repeats: int, tree: bool, rng: random.Random, stat: str = "median") -> float:
-    """Fastest of `repeats` timings of one forward of k tokens (1 pending + k - 1 draft nodes) over the backend's
-    cached tokens; every forward is undone (commit nothing, roll back), so the cache is left as it was."""
+    """`stat` (median or min) of `repeats` timings of one forward of k tokens (1 pending + k - 1 draft nodes) over
+    the backend's cached tokens; every forward is undone (commit nothing, roll back), so the cache is as it was."""
     v = backend.vocab_size
     times = []
     for _ in range(repeats + 1):

@@ -9,14 +9,15 @@
   (memory bound, small k) vs 2 * params FLOP per token (compute bound, large k), k rounded up to the tile;
 - kv_s_per_ctx: reading one cached token's K and V in every layer; attn_s_per_q_ctx: the QK^T and AV cost of one
   query x one key (the k new tokens attend to the ctx cached ones and to each other: k x (ctx + k) pairs).
-- head_s_per_row: what one LM-head output row (a logits row) costs. The formula above is for a forward that
-  computes logits at every fed token, as scoring does (k rows); one that keeps fewer (`logits=`: a prefill keeps
-  1) is cheaper by head_s_per_row per row not computed, floored at fixed + weight reads + KV reads. A big vocabulary
-  makes this matter: Qwen2.5's LM head (151,936 x 1,536) is about 15% of a long prefill's product on a CPU.
   With `attention: eager` in the hardware profile (HF transformers' eager LlamaAttention, as the Ouroboros
   paper's code runs) the score matrix [heads, k, ctx + k] is materialised in memory (fp16 scores, scaling, mask
   add, fp32 softmax, cast back: 24 bytes per element at fp16) and the KV cache is copied (torch.cat of the
   legacy cache) and expanded to all heads (GQA repeat_kv) every forward; both are memory traffic at bw.
+- head_s_per_row: what one LM-head output row (a logits row) costs. The formula above is for a forward that
+  computes logits at every fed token, as scoring does (k rows); one that keeps fewer (`logits=`: a prefill keeps
+  1) is cheaper by head_s_per_row per row not computed, floored at fixed + weight reads + KV reads. A big
+  vocabulary makes this matter: measured on a CPU, Qwen2.5's LM head (151,936 rows) is about 11% of the 1.5B
+  target's long prefill and 30% of the 0.5B draft's.
 
 Three ways in: `from_spec` (model profile x hardware profile x dtype, with placement: single device,
 pipeline = device_map="auto" (layers run one device after another), tensor parallel), `scaled_to` (a
