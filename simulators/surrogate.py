@@ -82,7 +82,8 @@ def corpus_text(kind: str) -> str:
 
 class PieceTokenizer:
     """Words, digit runs, space runs and single characters; the `vocab_size` most frequent pieces of the
-    corpus get ids (id 0 = EOS), any other text falls back to its characters (non-ASCII -> '?')."""
+    corpus get ids (id 0 = EOS), any other text falls back to its characters (non-ASCII -> '?'). No chat
+    template: real datasets (humaneval, mtbench, specbench, jsonl) on the `sim` backend are their plain text."""
 
     def __init__(self, text: str, vocab_size: int):
         chars = [chr(c) for c in range(32, 127)] + ["\n", "\t"]
@@ -106,6 +107,11 @@ class PieceTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return "".join(self.pieces[i] if 0 < i < len(self.pieces) else "" for i in ids)
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        """As a transformers tokenizer is called (the dataset loaders tokenize real prompts this way on `sim`);
+        there are no special tokens to add."""
+        return {"input_ids": self.encode(text)}
 
 
 @dataclass

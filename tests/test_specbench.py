@@ -53,3 +53,21 @@ def test_answers_match_the_records(tmp_path):
 def test_cli_error(tmp_path, capsys):
     assert main([str(tmp_path / "none.jsonl"), "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("error: no records at")
+
+
+def test_specbench_questions_decode_on_the_simulator(tmp_path):
+    """A real question file on `sim`: the surrogate tokenizer encodes the questions' text (no chat template)."""
+    from test_datasets import SPEC
+
+    from simulators.surrogate import load_corpus
+
+    recs = sweep_records(tmp_path / "r.jsonl", "sweep=single", "strategy=ouroboros", "dataset=specbench",
+                         f"dataset.path={SPEC}", "dataset.limit=3",
+                         base=["model=llama70b_7b", "max_new_tokens=16", "logger=quiet"])
+    tok = load_corpus("code", 4096).tokenizer
+    first = json.loads(open(SPEC).readline())
+    assert [r["strategy"] for r in recs] == ["vanilla", "ouroboros"]
+    for r in recs:
+        assert r["backend"] == "sim" and len(r["prompts"]) == 3
+        assert r["prompts"][0]["prompt_len"] == len(tok(first["turns"][0])["input_ids"]) > 0
+    assert recs[1]["identical_to_baseline"] == "3/3"

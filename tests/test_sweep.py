@@ -22,9 +22,9 @@ GRID = 'sweep.grid=["strategy=speculative","strategy.params.gamma=2,4"]'
 SMALL = ["model=llama70b_7b", "dataset.num_prompts=2", "max_new_tokens=16", "logger=quiet"]
 
 
-def sweep_records(out: Path, *overrides: str) -> list[dict]:
+def sweep_records(out: Path, *overrides: str, base: tuple[str, ...] | list[str] = SMALL) -> list[dict]:
     """Run a sweep in this process (as `python -m ouroboros.sweep` does, without the CLI)."""
-    ovr = [*SMALL, f"out={out}", *overrides]
+    ovr = [*base, f"out={out}", *overrides]
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=ovr, return_hydra_config=True)
         run = validate(cfg)
