@@ -51,9 +51,12 @@ def check_request(target: Backend, prompt: Sequence[int], max_new_tokens: int) -
 
 
 def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids: frozenset[int] = frozenset(),
-              verifier: Verifier = greedy_verifier, prompt_len: int | None = None, record: bool = True) -> LoopResult:
+              verifier: Verifier = greedy_verifier, prompt_len: int | None = None, record: bool = True,
+              stop_at: int | None = None) -> LoopResult:
     """Decode up to `max_new_tokens` from the backends' current (already prefilled) state. record=False skips
-    step 7 (the StepRecords; an inner drafting loop whose caller keeps only the output)."""
+    step 7 (the StepRecords; an inner drafting loop whose caller keeps only the output). stop_at: also stop once
+    at least this many tokens are out, keeping all of the last step's (still at most `max_new_tokens`): a
+    drafter whose last multi-token step may overshoot its length, as Ouroboros' official drafter does."""
     clock = target.clock
     dc = proposer.counters
     room = target.max_context - len(target.tokens)
@@ -64,7 +67,8 @@ def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids:
     steps: list[StepRecord] = []
     stop = "budget" if max_new_tokens <= room else "context"
     want_logits = getattr(verifier, "needs_logits", True)
-    while state.remaining > 0:
+    soft = max_new_tokens if stop_at is None else stop_at
+    while state.remaining > 0 and len(out) < soft:
         f0, k0 = dc.forwards, dc.tokens
         t0 = clock.now()
         # 1. draft: a token tree (empty for vanilla)

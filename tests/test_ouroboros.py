@@ -99,6 +99,26 @@ def test_harvest_from_a_disagreeing_draft():
     assert {s for _, _, s in prop.pool.items()} <= {"verify", "history"}
 
 
+def test_trunk_overshoots_gamma_as_the_official_drafter_does():
+    """(a), official semantics: the drafter stops once it has gamma tokens but keeps all of its last lookahead
+    step's, so trunks reach gamma + N - 2; trunk_overshoot=false cuts them at gamma. Lossless either way."""
+    prompt, max_new = [3, 1, 4, 1, 5, 9, 2, 6], 40
+    text = prompt + reference_greedy(get_model("llama"), prompt, max_new)
+    gamma, N = 5, 4
+    trunks = {}
+    for overshoot in (True, False):
+        target, draft = HFBackend(get_model("llama")), HFBackend(get_draft("llama", noise=0.0))
+        prop = build_proposer("ouroboros", {**OFF, "history": True, "phrase_drafting": True, "gamma": gamma,
+                                            "W": 2, "N": N, "G": 2, "trunk_overshoot": overshoot}, target, draft)
+        for i in range(len(text) - 1):
+            prop.pool.add(text[i], text[i + 1: i + N], "verify")
+        res = decode(target, prop, prompt, max_new)
+        assert res.output == text[len(prompt):]
+        trunks[overshoot] = [r.n_candidates for r in res.steps[:-1]]  # the last step may be cut by the budget
+    assert max(trunks[False]) == gamma
+    assert all(gamma <= t <= gamma + N - 2 for t in trunks[True]) and max(trunks[True]) > gamma, trunks
+
+
 def test_no_history_clears_the_pool_per_prompt():
     params = {"gamma": 3, "W": 3, "N": 3, "G": 3, "K": 2, "history": False}
     _, res = run(params, [REPETITIVE, [3, 1, 4, 1, 5, 9, 2, 6]], noise=0.0)

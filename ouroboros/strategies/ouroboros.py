@@ -5,7 +5,11 @@ same records, step by step):
 
 (a) phrase_drafting: the draft model runs lookahead decoding on itself for gamma tokens (`run_steps` on the
     draft backend with a `LookaheadProposer` sharing the pool), so a draft forward yields several tokens and
-    its Jacobi window feeds the pool ("lookahead" phrases). Off: the inner proposer is vanilla.
+    its Jacobi window feeds the pool ("lookahead" phrases). Off: the inner proposer is vanilla. As in the
+    official code (thunlp/Ouroboros: the drafter's `lade_generate(max_new_tokens=gamma)` keeps every token of
+    its last step, its max-length truncation commented out), the drafter stops once it has gamma tokens but
+    keeps all of its last step's, so the trunk holds gamma .. gamma + N - 2 tokens (`trunk_overshoot`;
+    false: cut at exactly gamma).
 (b) lengthening: K pool phrases keyed by the last draft token hang as K branches at the trunk's tip, in the
     same target forward; when the trunk is fully accepted the longest accepted branch wins (verify.py).
 (c) harvest: after verification, (i) every run of trunk tokens after the first mismatch that equals the
@@ -52,6 +56,7 @@ class OuroborosConfig:
     N: int = 7                     # n-gram size: phrases of N-1 tokens
     G: int = 20                    # draft-side candidates per step and per-key pool capacity
     K: int = 3                     # lengthening branches at the trunk tip
+    trunk_overshoot: bool = True   # the drafter's last step keeps all its tokens: trunk gamma..gamma+N-2 (official)
     phrase_drafting: bool = True   # (a)
     lengthening: bool = True       # (b)
     harvest: bool = True           # (c)
@@ -154,7 +159,9 @@ class OuroborosProposer:
         from ouroboros.decode import run_steps  # the inner loop (import here: decode imports strategies.base)
 
         cfg = self.cfg
-        gamma = min(cfg.gamma, state.max_depth(), self.draft.max_context - len(self.draft.tokens))
+        cap = min(cfg.gamma + (cfg.N - 2 if cfg.trunk_overshoot and cfg.phrase_drafting else 0), state.max_depth(),
+                  self.draft.max_context - len(self.draft.tokens))
+        gamma = min(cfg.gamma, cap)
         self._phrases, self._branches = [], []
         if gamma <= 0:
             self._drafted = 0
@@ -162,7 +169,7 @@ class OuroborosProposer:
             return self._tree
         st = self._stats
         f0 = self.draft.counters.forwards
-        trunk = run_steps(self.draft, self._inner, gamma, record=False).output
+        trunk = run_steps(self.draft, self._inner, cap, record=False, stop_at=gamma).output
         st["draft_forwards"] += self.draft.counters.forwards - f0
         st["drafted_tokens"] += len(trunk)  # c (tokens per draft forward) = drafted_tokens / draft_forwards
         self._drafted = len(trunk)
