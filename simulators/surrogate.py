@@ -39,7 +39,7 @@ EOS_ID = 0
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _INV53 = 1.0 / (1 << 53)
-State = tuple[int, tuple[int, ...]]  # (position, last tail_len tokens)
+State = tuple[Any, ...]  # (position, last tail_len tokens[, last copy_window tokens reversed])
 _PIECE = re.compile(r"[A-Za-z_]+|[0-9]+| +|\n|.", re.DOTALL)
 
 # Standard-library modules whose source makes the "code" corpus (about 0.5 MB; stable, plain Python).
@@ -156,14 +156,22 @@ def ngram_table(kind: str, vocab_size: int, order: int, top: int) -> dict[tuple[
 
 class NGramLM:
     """Back-off n-gram greedy LM. `p_top`: how often the table's top continuation is taken (else a runner-up,
-    chosen by a hash of the position and the last `tail_len` tokens)."""
+    chosen by a hash of the position and the last `tail_len` tokens). `p_copy` (induction, as real LMs copy
+    from their context): how often, when the last two tokens occurred before within the last `copy_window`
+    tokens, the token that followed their most recent occurrence is taken instead (decided by the same kind of
+    hash). With p_copy > 0 a state is (position, tail, window reversed: the last token first)."""
 
     def __init__(self, corpus: str = "code", vocab_size: int = 4096, order: int = 4, tail_len: int = 8,
-                 p_top: float = 0.75, top: int = 3, seed: int = 0):
+                 p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256):
         if not 1 <= order <= tail_len:
             raise OuroborosError(f"surrogate needs 1 <= order <= tail_len, got {order}, {tail_len}")
         if not 0 <= p_top <= 1:
             raise OuroborosError(f"surrogate p_top must be in [0, 1], got {p_top}")
+        if not 0 <= p_copy <= 1:
+            raise OuroborosError(f"surrogate p_copy must be in [0, 1], got {p_copy}")
+        if copy_window < 3:
+            raise OuroborosError(f"surrogate copy_window must be >= 3, got {copy_window}")
+        self.p_copy, self.copy_window = p_copy, copy_window
         self.corpus = load_corpus(corpus, vocab_size)
         self._corpus_key = (corpus, vocab_size)
         self.vocab_size = self.corpus.tokenizer.vocab_size
@@ -175,11 +183,30 @@ class NGramLM:
         self.predict: Callable[[State], int] = self._fast_predict()
 
     def start(self) -> State:
-        return (0, ())
+        return (0, (), ()) if self.p_copy else (0, ())
 
     def reference_step(self, state: State, token: int) -> State:
         tail = state[1] + (token,)
-        return (state[0] + 1, tail[-self.tail_len:] if len(tail) > self.tail_len else tail)
+        out = (state[0] + 1, tail[-self.tail_len:] if len(tail) > self.tail_len else tail)
+        if self.p_copy:
+            return out + (((token,) + state[2])[: self.copy_window],)
+        return out
+
+    @staticmethod
+    def copied(window: tuple[int, ...]) -> int | None:
+        """The token after the most recent earlier occurrence of the last two tokens (`window` reversed: the last
+        token first), or None."""
+        if len(window) < 3:
+            return None
+        x, y = window[0], window[1]
+        j = 0
+        while True:
+            try:
+                j = window.index(x, j + 1)
+            except ValueError:
+                return None
+            if j + 1 < len(window) and window[j + 1] == y:
+                return window[j - 1]
 
     def candidates(self, tail: tuple[int, ...]) -> tuple[int, ...]:
         table = self.table
@@ -190,19 +217,26 @@ class NGramLM:
         return (int(uniform(hash((tail, self.seed))) * (self.vocab_size - 1)) + 1,)
 
     def reference_predict(self, state: State) -> int:
+        if self.p_copy and uniform(hash((state[:2], self.seed, 11))) < self.p_copy:
+            c = self.copied(state[2])
+            if c is not None:
+                return c
         cands = self.candidates(state[1])
-        u = uniform(hash((state, self.seed)))
+        u = uniform(hash((state[:2], self.seed)))
         if u < self.p_top or len(cands) == 1:
             return cands[0]
         return cands[1 + min(int((u - self.p_top) / (1 - self.p_top) * (len(cands) - 1)), len(cands) - 2)]
 
     def _fast_step(self) -> Callable[[State, int], State]:
-        cut = -self.tail_len
+        cut, win = -self.tail_len, self.copy_window
 
         def step(state: State, token: int) -> State:
             return (state[0] + 1, (state[1] + (token,))[cut:])  # a short tail's full slice is the tail itself
 
-        return step
+        def step_copy(state: State, token: int) -> State:
+            return (state[0] + 1, (state[1] + (token,))[cut:], ((token,) + state[2])[:win])
+
+        return step_copy if self.p_copy else step
 
     def _fast_predict(self) -> Callable[[State], int]:
         """`reference_predict` with the back-off search memoised per context (the last `order` tokens decide it,
@@ -212,8 +246,17 @@ class NGramLM:
         order, seed, p_top = self.order, self.seed, self.p_top
         span = 1 - p_top
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
+        p_copy, copied = self.p_copy, self.copied
 
         def predict(state: State) -> int:
+            if p_copy:
+                key = state[:2]
+                if (((hash((key, seed, 11)) * mult) & mask) >> 11) * scale < p_copy:
+                    cp = copied(state[2])
+                    if cp is not None:
+                        return cp
+            else:
+                key = state
             tail = state[1]
             ctx = tail[-order:]
             cands = backoff.get(ctx)
@@ -227,7 +270,7 @@ class NGramLM:
                 backoff[ctx] = cands
             if not cands:
                 cands = candidates(tail)
-            u = (((hash((state, seed)) * mult) & mask) >> 11) * scale  # uniform(hash((state, seed)))
+            u = (((hash((key, seed)) * mult) & mask) >> 11) * scale  # uniform(hash((state[:2], seed)))
             if u < p_top or len(cands) == 1:
                 out = cands[0]
             else:
@@ -317,6 +360,6 @@ class IIDDraftLM:
 
     def predict(self, state: Any) -> int:
         p = self.target.predict(state)
-        if uniform(hash((state, self.seed))) < self.alpha:
+        if uniform(hash((state[:2], self.seed))) < self.alpha:
             return p
         return (p % (self.vocab_size - 1)) + 1  # any other token (never EOS)

@@ -1,4 +1,4 @@
-"""`python -m simulators.validate {paper,closed-form}`: the simulator's checks, printed as tables.
+"""`python -m simulators.validate {paper,closed-form,copy-rate}`: the simulator's checks, printed as tables.
 
 paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting). Calibrated on the published vanilla and
   speculative (SpS) figures ONLY; lookahead and Ouroboros token/s and block efficiency are then PREDICTED and
@@ -23,6 +23,9 @@ paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting). Calibrated on 
   trace (`sps_plan`; `paper` checks it against the loop).
   Lookahead runs with the task's W = G and N (the paper does not list its lookahead settings; flagged).
 closed-form: speculative on the i.i.d. surrogate vs E(gamma, alpha) = (1 - alpha^(gamma+1)) / (1 - alpha).
+copy-rate: how often real continuations repeat what followed their last two tokens earlier, vs the surrogate
+  target, and the surrogate `p_copy` that matches (simulators/copyrate.py). `paper --p-copy fit` runs the table
+  with those values (code tasks from HumanEval, prose tasks from MT-Bench; no paper figure is used).
 
 Published figures: PAPER_NUMBERS.md (arXiv 2402.13720, Tables 1-3) and, for CNN/DM and WMT16 token/s, the
 official repository's README table (github.com/thunlp/Ouroboros, "Yi 34b/6b tok/s"; its Ouroboros-with-warm-start
@@ -34,7 +37,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError, cli
@@ -65,6 +68,7 @@ class Task:
     sps_eta: float               # published block efficiency (calibration)
     la_eta: float | None         # (held out)
     ouro_eta: float | None       # (held out)
+    p_copy: float = 0.0          # the surrogate target's copying (not a published figure; `--p-copy`)
 
     def pub_tps(self, m: str) -> float | None:
         return {"vanilla": self.vanilla_tps, "speculative": self.sps_tps, "lookahead": self.la_tps,
@@ -100,8 +104,8 @@ def agreement(a: float) -> dict[str, float]:
 
 
 def task_pair(task: Task, a: float, seed: int):
-    return make_pair(load_conf("model", "yi34b_6b"), base_hardware(), {"corpus": task.corpus, **agreement(a)},
-                     seed=seed)
+    return make_pair(load_conf("model", "yi34b_6b"), base_hardware(),
+                     {"corpus": task.corpus, "p_copy": task.p_copy, **agreement(a)}, seed=seed)
 
 
 def task_prompts(pair, task: Task, n: int, seed: int) -> list[list[int]]:
@@ -279,12 +283,12 @@ class Calibration:
     plans: dict[str, dict[str, tuple[float, Run]]]
 
 
-def calibrate(n_prompts: int, seed: int, sps: str = "hf") -> Calibration:
+def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...] = TASKS) -> Calibration:
     """Fit the overheads, the agreement knobs and (sps="tuned") the SpS draft lengths; see the module doc."""
     over_t: dict[str, float] = {}
     vanilla: dict[str, Run] = {}
     plans: dict[str, dict[str, tuple[float, Run]]] = {}
-    for t in TASKS:
+    for t in tasks:
         v = run(t, "vanilla", {}, 0.5, n_prompts, seed)
         over = (v.new_tokens / t.vanilla_tps - v.target_s) / v.target_fw
         if over < 0:
@@ -306,11 +310,11 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf") -> Calibration:
 
     def loss(over_d: float) -> float:
         return sum(math.log(plans[t.name][best(t.name, over_d)][1].tps(over_t[t.name], over_d) / t.sps_tps) ** 2
-                   for t in TASKS if t.sps_tps)
+                   for t in tasks if t.sps_tps)
 
     grid = [i * 1e-4 for i in range(1001)]   # 0 .. 100 ms (tuned gammas make the loss piecewise smooth)
     over_d = min(grid, key=loss)
-    setting = {t.name: best(t.name, over_d) for t in TASKS}
+    setting = {t.name: best(t.name, over_d) for t in tasks}
     return Calibration(sps, over_t, over_d, setting, {k: plans[k][g][0] for k, g in setting.items()}, vanilla, plans)
 
 
@@ -318,11 +322,14 @@ def err(pred: float, pub: float | None) -> str:
     return "" if pub is None else f"{pred / pub - 1:+.1%}"
 
 
-def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print) -> list[dict[str, Any]]:
-    cal = calibrate(n_prompts, seed, sps)
+def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
+          p_copy: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """p_copy: the surrogate target's copying per corpus ("code", "prose"; default 0 = none)."""
+    tasks = tuple(replace(t, p_copy=(p_copy or {}).get(t.corpus, 0.0)) for t in TASKS)
+    cal = calibrate(n_prompts, seed, sps, tasks)
     rows: list[dict[str, Any]] = []
     runs: dict[str, dict[str, Run]] = {}
-    for t in TASKS:
+    for t in tasks:
         a, g = cal.a[t.name], cal.setting[t.name]
         runs[t.name] = {
             "vanilla": cal.vanilla[t.name],
@@ -346,7 +353,7 @@ def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print) -> lis
     out("-" * len(hdr))
     n_ok = n_all = 0
     worst = 0.0
-    for t in TASKS:
+    for t in tasks:
         r = runs[t.name]
         tps = {m: r[m].tps(cal.over_t[t.name], cal.over_d) for m in METHODS}
         for m in METHODS:
@@ -394,20 +401,52 @@ def closed_form(new_tokens: int, out=print) -> None:
 @cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulators.validate", description=__doc__.splitlines()[0])
-    ap.add_argument("check", choices=["paper", "closed-form"])
+    ap.add_argument("check", choices=["paper", "closed-form", "copy-rate"])
     ap.add_argument("--prompts", type=int, default=16, help="surrogate prompts per task (paper)")
     ap.add_argument("--tokens", type=int, default=200_000, help="tokens per point (closed-form)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sps", choices=["hf", "tuned"], default="hf",
                     help="paper: SpS draft length prior: HF assisted-generation schedule, or best fixed gamma per task")
+    ap.add_argument("--p-copy", default="0,0", metavar="CODE,PROSE",
+                    help="paper: the surrogate target's p_copy for the code and the prose tasks, or 'fit' (fitted "
+                         "to HumanEval canonical solutions and MT-Bench reference answers, as copy-rate prints)")
+    ap.add_argument("--source", action="append", metavar="SRC[=CORPUS]",
+                    help="copy-rate: humaneval, mtbench or a JSONL file of {prompt, completion} lines (=code or "
+                         "=prose: the surrogate corpus to compare with); default humaneval=code and mtbench=prose")
+    ap.add_argument("--window", type=int, default=256, help="copy-rate: how far back copying looks (tokens)")
     a = ap.parse_args(argv)
-    if a.prompts < 1 or a.tokens < 1:
-        raise OuroborosError(f"--prompts and --tokens must be >= 1, got {a.prompts} and {a.tokens}")
+    if a.prompts < 1 or a.tokens < 1 or a.window < 3:
+        raise OuroborosError(f"--prompts and --tokens must be >= 1 and --window >= 3, got {a.prompts}, {a.tokens} "
+                             f"and {a.window}")
     if a.check == "paper":
-        paper(a.prompts, a.seed, a.sps)
+        paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy))
+    elif a.check == "copy-rate":
+        from simulators.copyrate import report
+
+        sources = {}
+        for spec in a.source or ["humaneval=code", "mtbench=prose"]:
+            src, _, corpus = spec.partition("=")
+            sources[src] = corpus or ("code" if src == "humaneval" else "prose")
+            if sources[src] not in ("code", "prose"):
+                raise OuroborosError(f"--source {spec}: the corpus must be code or prose")
+        report(sources, a.window)
     else:
         closed_form(a.tokens)
     return 0
+
+
+def parse_p_copy(spec: str) -> dict[str, float]:
+    if spec == "fit":
+        from simulators.copyrate import fit_sources
+
+        return fit_sources()
+    try:
+        code, prose = (float(x) for x in spec.split(","))
+    except ValueError:
+        raise OuroborosError(f"--p-copy must be CODE,PROSE (two numbers in [0, 1]) or 'fit', got {spec!r}") from None
+    if not (0 <= code <= 1 and 0 <= prose <= 1):
+        raise OuroborosError(f"--p-copy values must be in [0, 1], got {spec!r}")
+    return {"code": code, "prose": prose}
 
 
 if __name__ == "__main__":

@@ -92,3 +92,13 @@ def test_cli_rejects_before_loading_any_model():
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "gamma must be >= 1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_sim_option_is_in_the_sim_config():
+    """conf/sim/default.yaml lists every simulator option with its default, so `sim.<key>=v` works for all."""
+    import yaml
+
+    from simulators.pair import SIM_DEFAULTS
+
+    conf = yaml.safe_load(open(ROOT / "conf" / "sim" / "default.yaml"))
+    assert conf == SIM_DEFAULTS

@@ -73,15 +73,17 @@ def test_lazy_preds_behave_as_a_list():
     assert len(LazyPreds((), [], [], step, predict)) == 1
 
 
+@pytest.mark.parametrize("p_copy", [0.0, 0.5])
 @pytest.mark.parametrize("corpus", ["code", "prose"])
-def test_fast_surrogate_equals_reference(corpus):
-    pair = make_pair(MODEL, HW, {"corpus": corpus, "alpha_easy": 0.7, "alpha_hard": 0.3}, seed=5)
+def test_fast_surrogate_equals_reference(corpus, p_copy):
+    pair = make_pair(MODEL, HW, {"corpus": corpus, "alpha_easy": 0.7, "alpha_hard": 0.3, "p_copy": p_copy,
+                                 "copy_window": 16}, seed=5)
     p, q = pair.target.lm, pair.draft.lm
     rng = random.Random(1)
     assert p.predict(p.start()) == p.reference_predict(p.start())  # the empty context: the hashed fallback
     for _ in range(300):
         st, ref = p.start(), p.start()
-        toks = pair.default_prompts(1, rng.randrange(50))[0].ids[: rng.randrange(0, 12)]
+        toks = pair.default_prompts(1, rng.randrange(50))[0].ids[: rng.randrange(0, 40 if p_copy else 12)]
         toks += [rng.randrange(p.vocab_size) for _ in range(rng.randrange(0, 4))]  # unseen contexts too
         for t in toks:
             st, ref = p.step(st, t), p.reference_step(ref, t)
@@ -109,3 +111,31 @@ def test_window_probes_in_bulk_equal_node_by_node(n_cand, W, L):
         ref_nodes.append([ref.add_node(t, ref_nodes[-1][i], "window", PROBE) for i, t in enumerate(lvl)])
     assert nodes == ref_nodes and fast == ref
     fast.validate()
+
+
+def test_golden_copied():
+    from simulators.surrogate import NGramLM
+
+    # context a b c a b (window reversed: the last token first): "a b" occurred before, followed by c
+    assert NGramLM.copied((2, 1, 3, 2, 1)) == 3
+    assert NGramLM.copied((2, 1, 9, 2, 1, 3, 2, 1)) == 9   # the most recent occurrence wins
+    assert NGramLM.copied((5, 5, 5)) == 5                  # x x x: the pair (x, x) was followed by x
+    assert NGramLM.copied((2, 1, 3, 2, 4)) is None         # b occurred, but after c, not after a
+    assert NGramLM.copied((2, 1)) is None
+
+
+def test_copying_surrogate_copies_as_often_as_asked():
+    """With p_copy = 1 every prediction whose last two tokens occurred before repeats what followed them."""
+    from simulators.surrogate import NGramLM
+
+    lm = NGramLM("code", 4096, p_copy=1.0, copy_window=64)
+    st, hits, found = lm.start(), 0, 0
+    for t in [5, 9, 13, 2, 5, 9]:
+        st = lm.step(st, t)
+    for _ in range(30):
+        c = NGramLM.copied(st[2])
+        nxt = lm.predict(st)
+        found += c is not None
+        hits += c is not None and nxt == c
+        st = lm.step(st, nxt)
+    assert found == hits == 30  # 5 9 -> 13, then the loop 13 2 5 9 repeats

@@ -40,6 +40,7 @@ def sim_setups(draw):
         sim["alpha_easy"] = draw(st.sampled_from([0.0, 0.5, 0.92, 1.0]))
         sim["alpha_hard"] = draw(st.sampled_from([0.0, 0.45, 1.0]))
         sim["hard_frac"] = draw(st.sampled_from([0.0, 0.25, 1.0]))
+    sim["p_copy"] = draw(st.sampled_from([0.0, 0.4, 1.0]))
     return sim
 
 
