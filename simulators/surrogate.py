@@ -8,7 +8,9 @@ A `TokenModel` decides the greedy next token of a context. It is incremental so 
   corpus (Python standard-library source for "code", the interpreter's own help topics for "prose"; no
   download). The greedy choice is the table's top continuation of the longest known suffix, replaced by a
   runner-up when a hash of the position and the last `tail_len` tokens says so, so the text is varied,
-  repeats common phrases (as code does) and does not lock into a loop.
+  repeats common phrases (as code does) and does not lock into a loop. Optionally (`p_copy`) it copies from
+  its own context as real LMs do: what followed the last two tokens the last time (simulators/copyrate.py
+  measures how often real text does).
 - `NoisyDraftLM` (the surrogate draft): agrees with the target unless a mismatch event fires. Events are
   bursty (positions fall into easy / hard stretches of `burst_len` tokens with agreement `alpha_easy` /
   `alpha_hard`), content-bound (the same local context is always right or always wrong, as a real small model
