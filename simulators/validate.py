@@ -415,9 +415,9 @@ def main(argv: list[str] | None = None) -> int:
                          "=prose: the surrogate corpus to compare with); default humaneval=code and mtbench=prose")
     ap.add_argument("--window", type=int, default=256, help="copy-rate: how far back copying looks (tokens)")
     a = ap.parse_args(argv)
-    if a.prompts < 1 or a.tokens < 1 or a.window < 3:
-        raise OuroborosError(f"--prompts and --tokens must be >= 1 and --window >= 3, got {a.prompts}, {a.tokens} "
-                             f"and {a.window}")
+    for flag, value, least in (("--prompts", a.prompts, 1), ("--tokens", a.tokens, 1), ("--window", a.window, 3)):
+        if value < least:
+            raise OuroborosError(f"{flag} must be >= {least}, got {value}")
     if a.check == "paper":
         paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy))
     elif a.check == "copy-rate":

@@ -64,6 +64,7 @@ def test_validate_cli_refuses_empty_runs(capsys):
 
     assert main(["paper", "--prompts", "0"]) == 2
     assert main(["closed-form", "--tokens", "-1"]) == 2
+    assert main(["copy-rate", "--window", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --prompts and --tokens must be >= 1, got 0 and 200000",
-                   "error: --prompts and --tokens must be >= 1, got 16 and -1"]
+    assert err == ["error: --prompts must be >= 1, got 0", "error: --tokens must be >= 1, got -1",
+                   "error: --window must be >= 3, got 2"]
