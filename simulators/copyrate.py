@@ -116,19 +116,23 @@ def fit(corpus: str, real: list[Pair], window: int = 256, iters: int = 10) -> fl
 
 
 def report(sources: dict[str, str], window: int = 256, out=print) -> dict[str, float]:
-    """Per source (-> surrogate corpus): the real rate, the surrogate's at p_copy 0, and the fitted p_copy."""
-    fitted = {}
-    out(f"{'source':<12}{'corpus':<8}{'positions':>10}{'real hit':>10}{'found':>8}{'sur. p=0':>10}"
-        f"{'fit p_copy':>12}{'sur. hit':>10}{'found':>8}")
+    """Per source (-> surrogate corpus): the real rate, the surrogate's at p_copy 0, and the fitted p_copy.
+    Every source is read before anything is printed, so a bad one is a one-line error."""
+    texts = {source: real_texts(source) for source in sources}
+    fitted, rows = {}, []
     for source, corpus in sources.items():
-        real = encode(real_texts(source), load_corpus(corpus, 4096).tokenizer)
+        real = encode(texts[source], load_corpus(corpus, 4096).tokenizer)
         r = copy_rate(real, window)
         s0 = surrogate_rate(corpus, 0.0, real, window)
         p = fit(corpus, real, window)
         s = surrogate_rate(corpus, p, real, window)
         fitted[source] = p
-        out(f"{Path(source).name:<12}{corpus:<8}{r.positions:>10}{r.hit:>10.3f}{r.found:>8.3f}{s0.hit:>10.3f}"
-            f"{p:>12.2f}{s.hit:>10.3f}{s.found:>8.3f}")
+        rows.append(f"{Path(source).name:<12}{corpus:<8}{r.positions:>10}{r.hit:>10.3f}{r.found:>8.3f}{s0.hit:>10.3f}"
+                    f"{p:>12.2f}{s.hit:>10.3f}{s.found:>8.3f}")
+    out(f"{'source':<12}{'corpus':<8}{'positions':>10}{'real hit':>10}{'found':>8}{'sur. p=0':>10}"
+        f"{'fit p_copy':>12}{'sur. hit':>10}{'found':>8}")
+    for row in rows:
+        out(row)
     return fitted
 
 
