@@ -33,6 +33,7 @@ PARAMS = {
         "prompt_phrases": st.booleans(),
         "output_phrases": st.booleans(),
         "max_pool_phrases": st.sampled_from([0, 4, 50]),
+        "trunk_overshoot": st.booleans(),
     }),
     "rest": st.fixed_dictionaries({
         # corpus: repeated units (so the longest suffix often matches several times) or noise
