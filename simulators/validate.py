@@ -1,4 +1,4 @@
-"""`python -m simulators.validate {paper,closed-form,copy-rate}`: the simulator's checks, printed as tables.
+"""`python -m simulators.validate {paper,sensitivity,closed-form,copy-rate}`: the simulator's checks, as tables.
 
 paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting). Calibrated on the published vanilla and
   speculative (SpS) figures ONLY; lookahead and Ouroboros token/s and block efficiency are then PREDICTED and
@@ -22,6 +22,8 @@ paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting). Calibrated on 
   (2), (3) and the draft overhead are solved with an exact fast replay of greedy SpS on the surrogate's agreement
   trace (`sps_plan`; `paper` checks it against the loop).
   Lookahead runs with the task's W = G and N (the paper does not list its lookahead settings; flagged).
+sensitivity: the paper's GSM8K 3x3x3 grid (gamma x W x beta) on the `paper` calibration: predicted best, worst and
+  std of Ouroboros token/s vs the published ones (held out, like every Ouroboros figure).
 closed-form: speculative on the i.i.d. surrogate vs E(gamma, alpha) = (1 - alpha^(gamma+1)) / (1 - alpha).
 copy-rate: how often real continuations repeat what followed their last two tokens earlier, vs the surrogate
   target, and the surrogate `p_copy` that matches (simulators/copyrate.py). `paper --p-copy fit` runs the table
@@ -383,6 +385,36 @@ def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
     return rows
 
 
+# PAPER_NUMBERS.md, "Sensitivity (GSM8K, Ouroboros)": the 3x3x3 grid's best and worst token/s and their std.
+SENSITIVITY_BEST, SENSITIVITY_WORST, SENSITIVITY_STD = (29.32, (5, 14, 6)), (27.21, (3, 16, 7)), 0.57
+SENSITIVITY_GRID = ((3, 4, 5), (14, 15, 16), (5, 6, 7))  # gamma x W (= G) x beta (the level N), K = 3
+
+
+def sensitivity(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print) -> dict[str, Any]:
+    """The paper's GSM8K grid on the `paper` calibration (nothing fitted to the grid): predicted best, worst and
+    std of Ouroboros token/s against the published ones."""
+    import itertools
+    import statistics
+
+    cal = calibrate(n_prompts, seed, sps)
+    task = next(t for t in TASKS if t.name == "GSM8K")
+    a = cal.a[task.name]
+    tps: dict[tuple[int, int, int], float] = {}
+    for g, w, b in itertools.product(*SENSITIVITY_GRID):
+        r = run(task, "ouroboros", {"gamma": g, "W": w, "G": w, "N": b, "K": 3}, a, n_prompts, seed)
+        tps[(g, w, b)] = r.tps(cal.over_t[task.name], cal.over_d)
+    best, worst = max(tps, key=tps.__getitem__), min(tps, key=tps.__getitem__)
+    std = statistics.pstdev(tps.values())
+    (pb, pbp), (pw, pwp), ps = SENSITIVITY_BEST, SENSITIVITY_WORST, SENSITIVITY_STD
+    out(f"GSM8K Ouroboros, 27 points (gamma, W = G, beta = N) x {n_prompts} surrogate prompts, on the paper "
+        "calibration:")
+    out(f"{'':<7}{'tok/s pred':>11}{'at':>14}{'pub':>8}{'at':>14}{'err':>8}")
+    out(f"{'best':<7}{tps[best]:>11.2f}{str(best):>14}{pb:>8.2f}{str(pbp):>14}{err(tps[best], pb):>8}")
+    out(f"{'worst':<7}{tps[worst]:>11.2f}{str(worst):>14}{pw:>8.2f}{str(pwp):>14}{err(tps[worst], pw):>8}")
+    out(f"{'std':<7}{std:>11.2f}{'':>14}{ps:>8.2f}{'':>14}{err(std, ps):>8}")
+    return {"tps": tps, "best": best, "worst": worst, "std": std}
+
+
 def ordering_ok(pred: dict[str, float], pub: dict[str, float | None]) -> bool:
     ms = [m for m, v in pub.items() if v is not None]
     return sorted(ms, key=lambda m: pub[m] or 0) == sorted(ms, key=lambda m: pred[m])
@@ -401,7 +433,7 @@ def closed_form(new_tokens: int, out=print) -> None:
 @cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulators.validate", description=__doc__.splitlines()[0])
-    ap.add_argument("check", choices=["paper", "closed-form", "copy-rate"])
+    ap.add_argument("check", choices=["paper", "sensitivity", "closed-form", "copy-rate"])
     ap.add_argument("--prompts", type=int, default=16, help="surrogate prompts per task (paper)")
     ap.add_argument("--tokens", type=int, default=200_000, help="tokens per point (closed-form)")
     ap.add_argument("--seed", type=int, default=0)
@@ -420,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             raise OuroborosError(f"{flag} must be >= {least}, got {value}")
     if a.check == "paper":
         paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy))
+    elif a.check == "sensitivity":
+        sensitivity(a.prompts, a.seed, a.sps)
     elif a.check == "copy-rate":
         from simulators.copyrate import report
 

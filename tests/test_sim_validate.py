@@ -68,3 +68,15 @@ def test_validate_cli_refuses_empty_runs(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --prompts must be >= 1, got 0", "error: --tokens must be >= 1, got -1",
                    "error: --window must be >= 3, got 2"]
+
+
+def test_sensitivity_grid_on_the_paper_calibration():
+    from simulators.validate import SENSITIVITY_BEST, sensitivity
+
+    lines: list[str] = []
+    r = sensitivity(n_prompts=1, out=lines.append)
+    assert len(r["tps"]) == 27 and all(v > 0 for v in r["tps"].values())
+    assert r["tps"][r["best"]] == max(r["tps"].values()) and r["tps"][r["worst"]] == min(r["tps"].values())
+    assert r["std"] > 0  # the knobs matter
+    best_line = next(x for x in lines if x.startswith("best"))
+    assert f"{SENSITIVITY_BEST[0]:.2f}" in best_line and str(r["best"]) in best_line
