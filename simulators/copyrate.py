@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import _need, packaged_file, read_answers, read_jsonl
+from simulators.pair import SIM_DEFAULTS
 from simulators.surrogate import NGramLM, PieceTokenizer, load_corpus
 
 Pair = tuple[list[int], list[int]]  # (prompt ids, continuation ids)
@@ -94,8 +95,12 @@ def surrogate_pairs(lm: NGramLM, real: list[Pair]) -> list[Pair]:
     return out
 
 
-def surrogate_rate(corpus: str, p_copy: float, real: list[Pair], window: int = 256, p_top: float = 0.75) -> Rate:
-    lm = NGramLM(corpus, 4096, p_top=p_top, p_copy=p_copy, copy_window=window)
+VOCAB = int(SIM_DEFAULTS["vocab"])  # the surrogate the simulator builds by default (its vocab, order, p_top)
+
+
+def surrogate_rate(corpus: str, p_copy: float, real: list[Pair], window: int = 256) -> Rate:
+    lm = NGramLM(corpus, VOCAB, int(SIM_DEFAULTS["order"]), p_top=float(SIM_DEFAULTS["p_top"]), p_copy=p_copy,
+                 copy_window=window)
     return copy_rate(surrogate_pairs(lm, real), window)
 
 
@@ -121,7 +126,7 @@ def report(sources: dict[str, str], window: int = 256, out=print) -> dict[str, f
     texts = {source: real_texts(source) for source in sources}
     fitted, rows = {}, []
     for source, corpus in sources.items():
-        real = encode(texts[source], load_corpus(corpus, 4096).tokenizer)
+        real = encode(texts[source], load_corpus(corpus, VOCAB).tokenizer)
         r = copy_rate(real, window)
         s0 = surrogate_rate(corpus, 0.0, real, window)
         p = fit(corpus, real, window)
@@ -140,5 +145,5 @@ def fit_sources(window: int = 256) -> dict[str, float]:
     """p_copy per surrogate corpus: code from HumanEval's canonical solutions, prose from MT-Bench's references."""
     out = {}
     for source, corpus in (("humaneval", "code"), ("mtbench", "prose")):
-        out[corpus] = fit(corpus, encode(real_texts(source), load_corpus(corpus, 4096).tokenizer), window)
+        out[corpus] = fit(corpus, encode(real_texts(source), load_corpus(corpus, VOCAB).tokenizer), window)
     return out
