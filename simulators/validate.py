@@ -16,7 +16,8 @@ paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting). Calibrated on 
       block efficiency 5.23 exceeds gamma + 1 = 5). Default prior (--sps hf): the baseline is HF transformers'
       assisted generation, as the official repository's SpS baseline code is (benchmark/test_specbench/model/sps/
       decoding.py: `assisted_decoding` with `AssistedCandidateGenerator`), whose default "heuristic" schedule
-      starts at 5 draft tokens, +2 after a fully accepted draft, else -1, kept across prompts (`HFScheduleSpS`).
+      starts at 5 draft tokens, +2 after a fully accepted draft, else -1, kept across prompts (`strategy=speculative
+      strategy.params.schedule=hf`).
       Alternative (--sps tuned): a fixed gamma per task (1..GAMMA_MAX), the one maximising simulated SpS token/s.
       On the calibration data the HF prior fits the four published SpS token/s slightly better (rms 6.5% vs 7.0%).
   (2), (3) and the draft overhead are solved with an exact fast replay of greedy SpS on the surrogate's agreement
@@ -133,44 +134,14 @@ class Run:
         return self.new_tokens / (self.target_s + over_t * self.target_fw + self.draft_s + over_d * self.draft_fw)
 
 
-class HFScheduleSpS:
-    """Speculative decoding with the draft-length schedule of HF transformers' assisted generation (`generate(...,
-    assistant_model=...)`, schedule "heuristic", the default since 4.36): num_assistant_tokens starts at 5, +2 after
-    a fully accepted draft, else -1 (at least 1), and is kept across generate calls (prompts). Same tokens as
-    `speculative` (only the draft length varies); wraps it."""
-
-    needs_draft_model = True
-
-    def __init__(self, target, draft, start: int = 5):
-        self.inner: Any = build_proposer("speculative", {"gamma": start}, target, draft)
-        self.counters = self.inner.counters
-        self.n = start
-
-    def begin(self, prompt: list[int]) -> None:
-        self.inner.begin(prompt)
-
-    def propose(self, state):
-        self.inner.cfg.gamma = self.n
-        return self.inner.propose(state)
-
-    def observe(self, verdict, scores, state) -> None:
-        self.n = self.n + 2 if len(verdict.path) == self.n else max(1, self.n - 1)
-        self.inner.observe(verdict, scores, state)
-
-    def stats(self) -> dict[str, float]:
-        return self.inner.stats()
-
-
 def run(task: Task, strategy: str, params: dict[str, Any], a: float, n_prompts: int, seed: int) -> Run:
     """The real thing: the decode loop on the simulated pair, one proposer per task (Ouroboros keeps history).
-    strategy "speculative" with params {"schedule": "hf"} runs `HFScheduleSpS`."""
+    strategy "speculative" with params {"schedule": "hf"} is transformers' schedule, starting at 5 tokens."""
     pair = task_pair(task, a, seed)
     needs = get_spec(strategy).needs_draft_model
-    proposer: Any
     if strategy == "speculative" and params.get("schedule") == "hf":
-        proposer = HFScheduleSpS(pair.target, pair.draft)
-    else:
-        proposer = build_proposer(strategy, params, pair.target, pair.draft if needs else None)
+        params = {"gamma": 5, **params}  # transformers' num_assistant_tokens starts at 5
+    proposer = build_proposer(strategy, params, pair.target, pair.draft if needs else None)
     new = steps = 0
     prompts = task_prompts(pair, task, n_prompts, seed)
     for p in prompts:
@@ -226,7 +197,7 @@ def sps_plan(trace: Trace, a: float, setting: str, with_cost: bool = True) -> Ru
     """Greedy SpS replayed on the agreement trace, mirroring the loop step by step: the draft proposes
     min(gamma, remaining - 1) tokens (its first forward feeds 2 pending tokens after the first step), the target
     scores 1 pending + the draft, accepts the agreeing prefix and adds one token. `setting`: "hf" (the HF
-    schedule of `HFScheduleSpS`, kept across prompts) or a fixed draft length as a string ("7")."""
+    schedule of `speculative` with schedule=hf, kept across prompts) or a fixed draft length as a string ("7")."""
     hf = setting == "hf"
     gamma = 5 if hf else int(setting)
     ct, cd = trace.costs["target"], trace.costs["draft"]

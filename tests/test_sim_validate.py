@@ -1,13 +1,11 @@
-"""`simulators.validate paper` machinery: the fast SpS replay equals the decode loop, the HF draft-length schedule
-is lossless and follows transformers' rule, the agreement fit hits its target, overheads add per forward."""
+"""`simulators.validate paper` machinery: the fast SpS replay equals the decode loop (also with the HF draft-length
+schedule), the agreement fit hits its target, overheads add per forward."""
 
 from dataclasses import replace
 
 import pytest
 
-from ouroboros.decode import decode
-from ouroboros.strategies import build_proposer
-from simulators.validate import TASKS, HFScheduleSpS, Run, Trace, fit_agreement, run, sps_plan, task_pair
+from simulators.validate import TASKS, Run, Trace, fit_agreement, run, sps_plan
 
 SMALL = replace(TASKS[3], max_new=40)  # CNN/DM settings, short outputs
 
@@ -21,28 +19,6 @@ def test_sps_replay_equals_the_loop(setting):
         (real.new_tokens, real.steps, real.target_fw, real.draft_fw)
     assert plan.target_s == pytest.approx(real.target_s, rel=1e-9)
     assert plan.draft_s == pytest.approx(real.draft_s, rel=0.01)  # the replay rounds the draft's ctx
-
-
-def test_hf_schedule_is_lossless_and_follows_the_rule():
-    pair = task_pair(SMALL, 0.8, 0)
-    sps = HFScheduleSpS(pair.target, pair.draft)
-    van = task_pair(SMALL, 0.8, 0)
-    for p in pair.default_prompts(2, 0):
-        seen = []
-        orig = sps.observe
-
-        def spy(verdict, scores, state, orig=orig, seen=seen):
-            before = sps.n
-            orig(verdict, scores, state)
-            seen.append((before, len(verdict.path), sps.n))
-
-        sps.observe = spy  # type: ignore[method-assign]
-        out = decode(pair.target, sps, p.ids, 40, pair.eos_ids).output
-        ref = decode(van.target, build_proposer("vanilla", {}, van.target), p.ids, 40, van.eos_ids).output
-        assert out == ref
-        for before, m, after in seen:
-            assert after == (before + 2 if m == before else max(1, before - 1))
-        sps.observe = orig  # type: ignore[method-assign]
 
 
 def test_fit_agreement_hits_the_target():

@@ -5,6 +5,14 @@ The drafter is itself the decode loop (`run_steps`) with the vanilla proposer, r
 (DESIGN.md: "a proposer that needs a model is itself a loop on that model"). After verification the draft
 backend is rolled back to the accepted prefix and the target's tokens are appended to it (they become
 pending and are fed with the next draft forward).
+
+`schedule`: "constant" drafts gamma tokens every step; "hf" is the draft-length schedule of transformers' assisted
+generation (`generate(assistant_model=...)`, `num_assistant_tokens_schedule="heuristic"`, the default from 4.36 to
+4.44 and the likely SpS baseline of the Ouroboros paper): the length starts at gamma (HF: 5), grows by 2 after a
+fully accepted draft, else shrinks by 1 (never below 1), and is kept across prompts (HF writes it back into the
+assistant's generation config after each `generate`). As in HF, "fully accepted" compares the accepted count with
+the scheduled length, not with a length cut short by the budget. Only the draft length changes, so it is lossless
+for the same reason as the constant schedule.
 """
 
 from __future__ import annotations
@@ -52,6 +60,16 @@ class _DraftSampler:
         return Verdict(path=[], tokens=[x], preds=[x], n_match=0)
 
 
+SCHEDULES = ("constant", "hf")
+
+
+def hf_next_length(n: int, accepted: int) -> int:
+    """transformers' heuristic schedule (`AssistedCandidateGenerator.update_candidate_strategy`): the next draft
+    length after `accepted` of `n` scheduled draft tokens were accepted. hf_next_length(5, 5) == 7,
+    hf_next_length(5, 2) == 4, hf_next_length(1, 0) == 1."""
+    return n + 2 if accepted == n else max(1, n - 1)
+
+
 @dataclass
 class SpeculativeConfig:
     gamma: int = 4                  # draft length (paper's gamma)
@@ -61,10 +79,15 @@ class SpeculativeConfig:
     draft_top_p: float = 1.0
     draft_top_k: int = 0
     draft_seed: int = 0
+    # Draft-length schedule: "constant" (gamma every step) or "hf" (transformers' heuristic: start at gamma,
+    # +2 after a fully accepted draft, else -1, at least 1; kept across prompts).
+    schedule: str = "constant"
 
     def __post_init__(self) -> None:
         if self.gamma < 1:
             raise OuroborosError(f"speculative.gamma must be >= 1, got {self.gamma}")
+        if self.schedule not in SCHEDULES:
+            raise OuroborosError(f"speculative.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.draft_temperature < 0:
             raise OuroborosError(f"speculative.draft_temperature must be >= 0, got {self.draft_temperature}")
 
@@ -87,6 +110,7 @@ class SpeculativeProposer:
         self.counters = self.draft.counters
         self._inner = VanillaProposer()
         self._drafted = 0
+        self._n = cfg.gamma  # scheduled draft length (changes only with schedule="hf"; kept across prompts)
         self._sampler: _DraftSampler | None = None
         if cfg.draft_temperature > 0:
             from ouroboros.sampling import SamplingConfig
@@ -102,7 +126,7 @@ class SpeculativeProposer:
     def propose(self, state: DecodeState) -> Draft:
         from ouroboros.decode import run_steps  # the inner loop (import here: decode imports strategies.base)
 
-        gamma = min(self.cfg.gamma, state.max_depth(), self.draft.max_context - len(self.draft.tokens))
+        gamma = min(self._n, state.max_depth(), self.draft.max_context - len(self.draft.tokens))
         if gamma <= 0:
             self._drafted = 0
             return Draft()
@@ -123,6 +147,8 @@ class SpeculativeProposer:
     def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None:
         # Draft model holds prefix + d_1..d_gamma; keep d_1..d_m, then append the target's new token(s).
         m = len(verdict.path)
+        if self.cfg.schedule == "hf":
+            self._n = hf_next_length(self._n, m)
         self.draft.rollback(self._drafted - m)
         self.draft.append(verdict.tokens[m:])
 
