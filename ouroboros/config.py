@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +31,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.paths import check_writable
 from ouroboros.sampling import SamplingConfig
-from ouroboros.strategies import get_spec, make_config
+from ouroboros.strategies import check_files, default_params, get_spec, make_config
 
 BACKEND_KINDS = ("hf", "sim", "auto")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -162,7 +164,7 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
     if run.seed < 0:
         raise OuroborosError(f"seed must be >= 0, got {run.seed}")
     spec = get_spec(run.strategy.name)
-    make_config(run.strategy.name, run.strategy.params)
+    check_files(run.strategy.name, run.strategy.params)
     if run.baseline is not None:
         get_spec(run.baseline)
     if "kind" not in run.model and "profile" not in run.model:
@@ -191,11 +193,23 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
     if run.logger.wandb.mode not in WANDB_MODES:
         raise OuroborosError(f"logger.wandb.mode must be one of {', '.join(WANDB_MODES)}, got "
                              f"{run.logger.wandb.mode!r}")
+    check_outputs(run)
     return run
 
 
+def check_outputs(run: RunConfig) -> None:
+    """The record file and the wandb folder can be written (proved by creating them; nothing is left behind)."""
+    if run.out:
+        check_writable(run.out, "out")
+    if run.logger.wandb.mode != "disabled":
+        check_writable(os.path.join(run.logger.wandb.dir, "wandb", ".ouroboros-check"), "logger.wandb.dir")
+
+
 def strategy_params(name: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    """All fields of the strategy's config dataclass (defaults filled in): the canonical params."""
+    """All fields of the strategy's config dataclass (defaults filled in): the canonical params. With no params,
+    the field defaults (not validated: rest, for one, has no valid default datastore)."""
+    if params is None:
+        return default_params(name)
     return dataclasses.asdict(make_config(name, params))
 
 

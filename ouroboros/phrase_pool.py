@@ -231,6 +231,11 @@ class PhrasePool:
         return None
 
 
+def read_pool(path: str) -> int:
+    """Parse a saved pool (no vocabulary check); its number of phrases. OuroborosError (one line) if bad."""
+    return len(_read(path, {}))
+
+
 def _read(path: str, meta: dict[str, Any]) -> list[tuple[int, tuple[int, ...], str]]:
     """Parse and validate a saved pool; every failure is one OuroborosError line naming the file."""
     try:

@@ -2,17 +2,21 @@
 changes when a strategy is added.
 
 `build_proposer(name, params, target, draft)` validates `params` through the strategy's config dataclass
-(unknown keys and bad values -> OuroborosError, one line).
+(unknown keys and bad values -> OuroborosError, one line): each value's type against the field's annotation
+(`check_type`: int, float, bool, str, `X | None`, `list[int]`), then the dataclass's own __post_init__ ranges.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
 
 from ouroboros.backends.base import Backend, OuroborosError
-from ouroboros.strategies.base import DecodeState, Proposer
+from ouroboros.strategies.base import ChecksFiles, DecodeState, Proposer
 from ouroboros.strategies.cascade import CascadeConfig, CascadeProposer
 from ouroboros.strategies.lookahead import LookaheadConfig, LookaheadProposer
 from ouroboros.strategies.ouroboros import OuroborosConfig, OuroborosProposer
@@ -49,17 +53,82 @@ def get_spec(name: str) -> StrategySpec:
     return REGISTRY[name]
 
 
+@functools.cache
+def field_types(name: str) -> dict[str, Any]:
+    """Field name -> its resolved annotation in the strategy's config dataclass."""
+    return typing.get_type_hints(get_spec(name).config)
+
+
+def default_params(name: str) -> dict[str, Any]:
+    """The config dataclass's field defaults, without constructing it (some need a value, e.g. rest's datastore)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(get_spec(name).config):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_args(hint):
+        return str(hint).replace("typing.", "")
+    return getattr(hint, "__name__", str(hint))
+
+
+def check_type(value: Any, hint: Any) -> Any:
+    """`value` as the annotation `hint` wants it (an int is a valid float), or raise TypeError.
+    Golden: (3, int) -> 3; (3, float) -> 3.0; (2.5, int), (True, int), ('maybe', bool) -> TypeError."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for a in (a for a in args if a is not type(None)):
+            try:
+                return check_type(value, a)
+            except TypeError:
+                pass
+        raise TypeError(" or ".join(_type_name(a) for a in args if a is not type(None)))
+    if origin is list:
+        try:
+            if not isinstance(value, (list, tuple)):
+                raise TypeError
+            return [check_type(v, args[0]) for v in value] if args else list(value)
+        except TypeError:
+            raise TypeError(_type_name(hint)) from None
+    if hint is Any:
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float) and isinstance(value, bool) or not isinstance(value, hint):
+        raise TypeError(_type_name(hint))
+    return value
+
+
 def make_config(name: str, params: dict[str, Any] | None = None) -> Any:
     spec = get_spec(name)
     params = dict(params or {})
-    fields = {f.name for f in dataclasses.fields(spec.config)}
-    unknown = sorted(set(params) - fields)
+    hints = field_types(name)
+    unknown = sorted(set(params) - set(hints))
     if unknown:
-        raise OuroborosError(f"strategy '{name}' has no option {unknown[0]!r}; options: {', '.join(sorted(fields))}")
+        raise OuroborosError(f"strategy '{name}' has no option {unknown[0]!r}; options: {', '.join(sorted(hints))}")
+    for key, value in params.items():
+        try:
+            params[key] = check_type(value, hints[key])
+        except TypeError as e:
+            raise OuroborosError(f"{name}.{key} must be {'an' if str(e)[0] in 'aeiou' else 'a'} {e}, got "
+                                 f"{value!r}") from None
     try:
         return spec.config(**params)
     except TypeError as e:
         raise OuroborosError(f"strategy '{name}': {e}") from None
+
+
+def check_files(name: str, params: dict[str, Any] | None) -> None:
+    """Validate `params`, then check the files they name (ChecksFiles): before any model loads."""
+    cfg = make_config(name, params)
+    if isinstance(cfg, ChecksFiles):
+        cfg.check_files()
 
 
 def build_proposer(name: str, params: dict[str, Any] | None, target: Backend, draft: Backend | None = None) -> Proposer:
@@ -67,4 +136,5 @@ def build_proposer(name: str, params: dict[str, Any] | None, target: Backend, dr
     return spec.proposer(make_config(name, params), target, draft)
 
 
-__all__ = ["REGISTRY", "DecodeState", "Proposer", "build_proposer", "get_spec", "make_config"]
+__all__ = ["REGISTRY", "ChecksFiles", "DecodeState", "Proposer", "build_proposer", "check_files", "check_type",
+           "default_params", "get_spec", "make_config"]

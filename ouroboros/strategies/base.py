@@ -14,7 +14,7 @@ A proposer knows nothing of the loop's bookkeeping, sinks or configs other than 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ouroboros.backends.base import Counters, Scores
 from ouroboros.draft import Draft
@@ -45,6 +45,14 @@ class Proposer(Protocol):
     def propose(self, state: DecodeState) -> Draft: ...
     def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None: ...
     def stats(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class ChecksFiles(Protocol):
+    """A strategy config that names files: `check_files` proves, before any model loads, that the files it reads
+    exist and parse and that the files it writes can be written (OuroborosError, one line, otherwise)."""
+
+    def check_files(self) -> None: ...
 
 
 class ModelFreeProposer:

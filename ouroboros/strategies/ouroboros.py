@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
 from ouroboros.draft import Draft
-from ouroboros.phrase_pool import Phrase, PhrasePool
+from ouroboros.paths import check_writable
+from ouroboros.phrase_pool import Phrase, PhrasePool, read_pool
 from ouroboros.strategies.base import DecodeState, Proposer
 from ouroboros.strategies.lookahead import (
     LookaheadConfig,
@@ -80,6 +81,14 @@ class OuroborosConfig:
             raise OuroborosError("ouroboros.pool_load / pool_save need history=true (the pool is cleared per prompt)")
         if self.pool_on_error not in ("raise", "empty"):
             raise OuroborosError(f"ouroboros.pool_on_error must be 'raise' or 'empty', got {self.pool_on_error!r}")
+
+    def check_files(self) -> None:
+        """pool_load parses (unless pool_on_error=empty: then a bad file starts an empty pool); pool_save is
+        writable. The vocabulary is checked later, once the model is known."""
+        if self.pool_load and self.pool_on_error == "raise":
+            read_pool(self.pool_load)
+        if self.pool_save:
+            check_writable(self.pool_save, "ouroboros.pool_save")
 
 
 def coherent_runs(trunk: list[int], preds: list[int], start: int) -> list[tuple[int, list[int]]]:

@@ -38,6 +38,11 @@ class RestConfig:
         if self.depth < 1 or self.num_nodes < 1 or self.max_occurrences < 1:
             raise OuroborosError("rest.depth, num_nodes and max_occurrences must be >= 1")
 
+    def check_files(self) -> None:
+        """The datastore exists and parses (loaded once: the proposer reuses it)."""
+        if self.datastore:
+            _load(self.datastore)
+
 
 @functools.lru_cache(maxsize=4)
 def _load(path: str) -> Datastore:
