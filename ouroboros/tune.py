@@ -20,7 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.config import RunConfig, StrategyConfig, strategy_params, validate
+from ouroboros.metrics import PromptResult, RunResult
+from ouroboros.paths import check_writable
 from ouroboros.run import Executor, Point, entry, format_table, label_of, make_executor
+from ouroboros.strategies import check_type, field_types
 
 
 @dataclass
@@ -46,6 +49,11 @@ def parse_stages(stages: list[str], strategy: str) -> tuple[list[Stage], list[st
         name = key.removeprefix("strategy.params.")
         values = list(ov.sweep_iterator()) if ov.is_sweep_override() else [ov.value()]
         if name in fields:
+            for v in values:
+                try:
+                    check_type(v, field_types(strategy)[name])
+                except TypeError as e:
+                    raise OuroborosError(f"tune.stages: {strategy}.{name} must be {e}, got {v!r}") from None
             out.append(Stage(name, values))
         else:
             skipped.append(name)
@@ -53,6 +61,21 @@ def parse_stages(stages: list[str], strategy: str) -> tuple[list[Stage], list[st
         raise OuroborosError(f"no tuning stage applies to strategy '{strategy}' (its parameters: "
                              f"{', '.join(fields) or 'none'})")
     return out, skipped
+
+
+def metric_names() -> list[str]:
+    """The numeric keys of RunResult.totals() (what `tune.metric` may name)."""
+    probe = RunResult("probe", [PromptResult("p", 1, [0], 1.0, 0.0, "budget")]).totals()
+    return [k for k, v in probe.items() if isinstance(v, (int, float))]
+
+
+def check_tune(run: RunConfig) -> None:
+    """Everything of `tune` that can be checked before the first point: stages, metric, output file."""
+    parse_stages(list(run.tune.stages), run.strategy.name)
+    if run.tune.metric not in metric_names():
+        raise OuroborosError(f"tune.metric {run.tune.metric!r} is not a record total; one of "
+                             f"{', '.join(metric_names())}")
+    check_writable(run.tune.out, "tune.out")
 
 
 def with_params(run: RunConfig, params: dict[str, Any]) -> RunConfig:
@@ -80,8 +103,6 @@ def tune(run: RunConfig, ex: Executor) -> tuple[dict[str, Any], list[dict]]:
                 print(f"tune: {stage.param}={v} skipped ({e})")
                 continue
             rec, _ = ex.run_point(Point(point_run, label_of(point_run)))
-            if metric not in rec["totals"]:
-                raise OuroborosError(f"tune.metric {metric!r} is not a record total; e.g. tokens_per_s")
             history.append(rec)
             tried.append((rec["totals"][metric], v, cand))
         if not tried:
@@ -112,6 +133,7 @@ def write_strategy_yaml(path: str | Path, run: RunConfig, params: dict[str, Any]
 
 def tune_main(cfg: DictConfig) -> dict[str, Any]:
     run = validate(cfg)
+    check_tune(run)
     ex = make_executor(run, resume=True, sweep=f"tune-{run.strategy.name}")
     params, history = tune(run, ex)
     best = next(r for r in reversed(history) if r["params"] == params)

@@ -42,6 +42,11 @@ ROWS = [
     ("ouroboros.run", ["logger=default", "logger.wandb.dir={tmp}/garbage.txt"], "logger.wandb.dir"),
     ("ouroboros.sweep", ["out=/proc/x/r.jsonl"], "out: cannot write"),
     ("ouroboros.tune", ["strategy.params.gamma=1.5"], "speculative.gamma must be an int"),
+    ("ouroboros.tune", ["tune.metric=tokens_per_sec"], "tune.metric 'tokens_per_sec' is not a record total"),
+    ("ouroboros.tune", ['tune.stages=["strategy.params.gamma=2,x"]'], "tune.stages: speculative.gamma must be an int"),
+    ("ouroboros.tune", ['tune.stages=["model.x=2"]'], "is not a strategy parameter"),
+    ("ouroboros.tune", ["strategy=vanilla"], "no tuning stage applies"),
+    ("ouroboros.tune", ["tune.out=/proc/x/t.yaml"], "tune.out: cannot write"),
 ]
 
 

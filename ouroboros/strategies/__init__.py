@@ -71,9 +71,9 @@ def default_params(name: str) -> dict[str, Any]:
 
 
 def _type_name(hint: Any) -> str:
-    if typing.get_args(hint):
-        return str(hint).replace("typing.", "")
-    return getattr(hint, "__name__", str(hint))
+    """'an int', 'a list[int]', ... (the TypeError message of `check_type`)."""
+    name = str(hint).replace("typing.", "") if typing.get_args(hint) else getattr(hint, "__name__", str(hint))
+    return ("an " if name[0] in "aeiou" else "a ") + name
 
 
 def check_type(value: Any, hint: Any) -> Any:
@@ -116,8 +116,7 @@ def make_config(name: str, params: dict[str, Any] | None = None) -> Any:
         try:
             params[key] = check_type(value, hints[key])
         except TypeError as e:
-            raise OuroborosError(f"{name}.{key} must be {'an' if str(e)[0] in 'aeiou' else 'a'} {e}, got "
-                                 f"{value!r}") from None
+            raise OuroborosError(f"{name}.{key} must be {e}, got {value!r}") from None
     try:
         return spec.config(**params)
     except TypeError as e:
@@ -137,4 +136,4 @@ def build_proposer(name: str, params: dict[str, Any] | None, target: Backend, dr
 
 
 __all__ = ["REGISTRY", "ChecksFiles", "DecodeState", "Proposer", "build_proposer", "check_files", "check_type",
-           "default_params", "get_spec", "make_config"]
+           "default_params", "field_types", "get_spec", "make_config"]
