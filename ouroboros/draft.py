@@ -173,15 +173,25 @@ def tree_attention(parents: list[int], n_prefix: int) -> torch.Tensor:
 
 
 def additive_mask(parents: list[int], n_prefix: int, n_cached: int, dtype: torch.dtype,
-                  device: torch.device | str = "cpu") -> torch.Tensor:
+                  device: torch.device | str = "cpu", window: int | None = None) -> torch.Tensor:
     """Float [1, 1, q, n_cached + q] additive mask (0 = attend, dtype-min = blocked), the form every stock
-    attention implementation (eager, sdpa) accepts as a ready 4-D mask."""
+    attention implementation (eager, sdpa) accepts as a ready 4-D mask. With `window`, a query also sees
+    only keys less than `window` positions before it (cached slot i = position i; a node's position is
+    n_cached + n_prefix + its depth), as transformers' sliding-window layers do."""
     import torch
 
     allowed = tree_attention(parents, n_prefix)
     q = allowed.shape[0]
     full = torch.ones(q, n_cached + q, dtype=torch.bool)
     full[:, n_cached:] = allowed
+    if window is not None:
+        depth = torch.zeros(len(parents), dtype=torch.long)
+        for i, p in enumerate(parents):
+            if p >= 0:
+                depth[i] = depth[p] + 1
+        q_pos = torch.cat([torch.arange(n_prefix), n_prefix + depth]) + n_cached  # [q]
+        k_pos = torch.cat([torch.arange(n_cached), q_pos])  # [n_cached + q]
+        full &= (q_pos[:, None] - k_pos[None, :]) < window
     mask = torch.zeros(q, n_cached + q, dtype=dtype)
     mask.masked_fill_(~full, torch.finfo(dtype).min)
     return mask.view(1, 1, q, n_cached + q).to(device)

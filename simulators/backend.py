@@ -171,6 +171,9 @@ class SimBackend:
             self.cache_len = len(prompt) - 1
             self.counters.prefill_tokens += len(prompt) - 1
 
+    def tree_refusal(self) -> str | None:
+        return None  # a surrogate scores any tree
+
     def score(self, draft: Draft, want_logits: bool = False) -> Scores:
         if self._scored_nodes >= 0:
             raise RuntimeError("score() called twice without commit()")
@@ -252,6 +255,9 @@ class ProxyBackend:
     @property
     def counters(self) -> Counters:
         return self.inner.counters
+
+    def tree_refusal(self) -> str | None:
+        return self.inner.tree_refusal()
 
     def prefill(self, prompt: list[int]) -> None:
         self.inner.prefill(prompt)

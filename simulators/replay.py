@@ -82,6 +82,9 @@ class Recorder:
     def clock(self):
         return self.inner.clock
 
+    def tree_refusal(self) -> str | None:
+        return self.inner.tree_refusal()
+
     def _extend(self, tokens: list[int]) -> None:
         st, step = self._states[-1], self.lm.step
         for t in tokens:

@@ -5,7 +5,8 @@ token but the last one(s) ("pending"); `score(draft)` feeds the pending tokens f
 ONE forward, so its first prediction is the next token after the committed sequence (the tree's root) and
 prediction i + 1 is the next token after draft node i. `commit` keeps the accepted nodes' state, drops the
 rest, and appends the new tokens; `rollback` forgets the last n committed tokens; `append` commits tokens
-without computing them (they become pending).
+without computing them (they become pending). `tree_refusal()` is None when the backend scores any tree
+exactly, else the reason it scores chains only.
 
 Backends know nothing of strategies, verification rules, budgets or logging.
 """
@@ -95,6 +96,7 @@ class Backend(Protocol):
     @property
     def clock(self) -> Clock: ...
 
+    def tree_refusal(self) -> str | None: ...    # None, or why this model cannot score a token tree
     def prefill(self, prompt: list[int]) -> None: ...
     def score(self, draft: Draft, want_logits: bool = False) -> Scores: ...
     def commit(self, path: list[int], new_tokens: list[int]) -> None: ...

@@ -5,6 +5,18 @@ attention mask (which `masking_utils` passes through untouched) and a `DynamicCa
 all (plain causal attention). `commit(path, new_tokens)` compacts the accepted nodes' KV into place (in-place
 copy along the sequence axis of every cache layer) and trims the rest; `rollback(n)` trims.
 
+Local attention (sliding windows: Mistral, Qwen2 `use_sliding_window`, Gemma 2/3's local layers, Starcoder2,
+Phi-3): the cache keeps EVERY layer's full history (a plain `DynamicCache()`, whose slot i is position i), because
+a window-sized layer cannot give back the keys a rejected draft pushed out. Chains then get the model's own
+window mask; a tree gets a window by node position (`q - k < window`, transformers' `sliding_window_overlay`),
+one 4-D mask per layer type (`{"full_attention": m, "sliding_attention": m}`) where a model mixes both.
+
+Some stock attentions cannot take an arbitrary tree (`tree_refusal()` says why, from what the model does,
+not from its name): a forward without `position_ids` (positions follow the input order: BLOOM's ALiBi), a
+causal mask kept as a buffer and applied by a key's index in the input (GPT-Neo's local layers), a layer
+type other than full / sliding attention, or a forward that fails on a small tree probe (Falcon with
+ALiBi). Such a model scores chains only; a tree draft is refused with a one-line error, never scored wrongly.
+
 This module knows nothing of strategies, verification or budgets.
 """
 
@@ -17,6 +29,34 @@ from transformers import DynamicCache
 
 from ouroboros.backends.base import Counters, OuroborosError, Scores, WallClock
 from ouroboros.draft import Draft, additive_mask
+
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def layer_windows(config) -> list[int | None]:
+    """Per decoder layer: its attention window (None = full attention), from transformers' own fields
+    (`layer_types` where the config has it, else `sliding_window` for every layer). A layer type this
+    backend cannot mask is returned as -1."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        n = int(getattr(config, "num_hidden_layers", 0) or 0)
+        return [window or None] * n
+    return [None if t == "full_attention" else (window if t == "sliding_attention" and window else -1)
+            for t in types]
+
+
+def _index_masked(model) -> bool:
+    """True when an attention module applies a precomputed [.., L, L] boolean mask by key index that is not
+    plain causal (a local band, e.g. GPT-Neo's `bias` buffer): such a mask cannot follow tree positions."""
+    for buf in model.buffers():
+        if buf.dtype != torch.bool or buf.dim() < 2 or buf.shape[-1] != buf.shape[-2] or buf.shape[-1] < 2:
+            continue
+        m = buf.reshape(-1, buf.shape[-2], buf.shape[-1])[0]
+        causal = torch.ones_like(m).tril()
+        if not torch.equal(m & causal, causal):
+            return True
+    return False
 
 
 class HFBackend:
@@ -41,6 +81,47 @@ class HFBackend:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._scored_pending = 0   # pending tokens fed in the last score() (draft nodes follow them)
         self._scored_nodes = -1    # nodes scored in the last score(); -1 = nothing awaits commit
+        self._windows = layer_windows(self.config)
+        self._has_positions = "position_ids" in params
+        self._refusal: str | None = None
+        self._probed = False
+
+    # ------------------------------------------------------------------ capability
+    def tree_refusal(self) -> str | None:
+        """None when this model can score token trees exactly; else why not (one clause). Checked once: the
+        model's fields and buffers, then one forward of a 3-node tree probe (no cache is touched)."""
+        if not self._probed:
+            self._probed = True
+            why = self._find_refusal()
+            self._refusal = None if why is None else f"{self.config.model_type} models: {why}"
+        return self._refusal
+
+    def _find_refusal(self) -> str | None:
+        if not self._has_positions:
+            return "its forward takes no position_ids (positions follow the input order, e.g. ALiBi)"
+        if any(w == -1 for w in self._windows):
+            kinds = sorted(set(getattr(self.config, "layer_types", ())) - set(_LAYER_TYPES))
+            return f"it has layers of type {', '.join(kinds)}, which a tree mask cannot express"
+        if _index_masked(self.model):
+            return "its local attention masks keys by their index in the input, not by their position"
+        try:  # two siblings under one root: positions [0, 1, 1]
+            with torch.inference_mode():
+                ids = torch.tensor([[1, 2, 3]], device=self.device)  # [1, 3]
+                pos = torch.tensor([[0, 1, 1]], device=self.device)
+                self.model(input_ids=ids, position_ids=pos, attention_mask=self._tree_mask([-1, 0, 0], 0, 0),
+                           use_cache=False)
+        except Exception as e:  # noqa: BLE001 - any failure means: no trees on this model
+            return f"its forward fails on a tree mask ({type(e).__name__}: {str(e)[:120]})"
+        return None
+
+    def _tree_mask(self, parents: list[int], n_pending: int, base: int):
+        """The tree's additive mask(s): one [1, 1, q, base + q] tensor, or one per layer type when layers
+        mix full and sliding attention."""
+        kinds = {w for w in self._windows}
+        masks = {w: additive_mask(parents, n_pending, base, self.dtype, self.device, window=w) for w in kinds}
+        if len(masks) == 1:
+            return next(iter(masks.values()))
+        return {"full_attention" if w is None else "sliding_attention": m for w, m in masks.items()}
 
     # ------------------------------------------------------------------ forward
     def _forward(self, ids: list[int], positions: list[int] | None, mask, keep: int):
@@ -60,7 +141,7 @@ class HFBackend:
         if len(prompt) >= self.max_context:
             raise OuroborosError(
                 f"prompt of {len(prompt)} tokens does not fit {self.name}'s context of {self.max_context}")
-        self.cache = DynamicCache(config=self.config)
+        self.cache = DynamicCache()  # full-history layers everywhere (module docstring: local attention)
         self.tokens = list(prompt)
         self.cache_len = 0
         self._scored_nodes = -1
@@ -81,8 +162,10 @@ class HFBackend:
         if draft.is_chain:
             positions, mask = None, None  # plain causal attention
         else:
+            if self.tree_refusal() is not None:
+                raise OuroborosError(f"the {self.name} model cannot score a token tree ({self.tree_refusal()})")
             positions = list(range(base, base + n_p)) + [base + n_p + d for d in draft.depths]
-            mask = additive_mask(draft.parents, n_p, base, self.dtype, self.device)  # [1, 1, q, base + q]
+            mask = self._tree_mask(draft.parents, n_p, base)  # [1, 1, q, base + q] (per layer type)
         logits = self._forward(pending + draft.tokens, positions, mask, keep=n + 1)  # [n + 1, V]
         self._scored_pending, self._scored_nodes = n_p, n
         self.counters.forwards += 1

@@ -29,11 +29,15 @@ from ouroboros.strategies.vanilla import VanillaConfig, VanillaProposer
 @dataclass(frozen=True)
 class StrategySpec:
     config: type
-    proposer: type
+    proposer: Any   # a class implementing Proposer (its declared attributes are read below)
 
     @property
     def needs_draft_model(self) -> bool:
-        return bool(getattr(self.proposer, "needs_draft_model", False))
+        return bool(self.proposer.needs_draft_model)
+
+    @property
+    def tree_models(self) -> tuple[str, ...]:
+        return tuple(self.proposer.tree_models)
 
 
 REGISTRY: dict[str, StrategySpec] = {
@@ -130,10 +134,24 @@ def check_files(name: str, params: dict[str, Any] | None) -> None:
         cfg.check_files()
 
 
+def check_trees(name: str, target: Backend, draft: Backend | None = None) -> None:
+    """OuroborosError (one line) when the strategy may give a token tree to a model that scores chains only
+    (`Backend.tree_refusal`); run once the models are loaded, before anything is measured."""
+    for role, backend in (("target", target), ("draft", draft)):
+        why = backend.tree_refusal() if backend is not None and role in get_spec(name).tree_models else None
+        if why:
+            chains = ", ".join(n for n, s in REGISTRY.items() if not s.tree_models)
+            raise OuroborosError(f"strategy '{name}' scores token trees on the {role} model, which cannot take them "
+                                 f"({why}); strategies that draft chains only: {chains}")
+
+
 def build_proposer(name: str, params: dict[str, Any] | None, target: Backend, draft: Backend | None = None) -> Proposer:
     spec = get_spec(name)
-    return spec.proposer(make_config(name, params), target, draft)
+    cfg = make_config(name, params)
+    check_trees(name, target, draft)
+    return spec.proposer(cfg, target, draft)
 
 
-__all__ = ["REGISTRY", "ChecksFiles", "DecodeState", "Proposer", "build_proposer", "check_files", "check_type",
+__all__ = ["REGISTRY", "ChecksFiles", "DecodeState", "Proposer", "build_proposer", "check_files", "check_trees",
+           "check_type",
            "default_params", "field_types", "get_spec", "make_config"]

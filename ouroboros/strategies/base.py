@@ -40,6 +40,8 @@ class DecodeState:
 
 class Proposer(Protocol):
     counters: Counters
+    needs_draft_model: bool          # the registry hands it the draft backend
+    tree_models: tuple[str, ...]     # which backends ("target", "draft") it may give a token tree to score
 
     def begin(self, prompt: list[int]) -> None: ...
     def propose(self, state: DecodeState) -> Draft: ...
@@ -57,6 +59,8 @@ class ChecksFiles(Protocol):
 
 class ModelFreeProposer:
     """Shared no-op lifecycle for proposers without a model of their own."""
+
+    tree_models: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.counters = Counters()

@@ -51,6 +51,7 @@ class CascadeConfig:
 
 class CascadeProposer:
     needs_draft_model = True
+    tree_models: tuple[str, ...] = ()
 
     def __init__(self, cfg: CascadeConfig, target: Backend, draft: Backend | None):
         self.cfg = cfg

@@ -126,6 +126,7 @@ def corrected_branch(tokens: list[int], nodes: list[int], tip: int, preds: list[
 
 class OuroborosProposer:
     needs_draft_model = True
+    tree_models: tuple[str, ...] = ("target", "draft")  # the drafter runs lookahead windows
 
     def __init__(self, cfg: OuroborosConfig, target: Backend, draft: Backend | None):
         self.cfg = cfg

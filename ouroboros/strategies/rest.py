@@ -51,6 +51,7 @@ def _load(path: str) -> Datastore:
 
 class RestProposer(ModelFreeProposer):
     needs_draft_model = False
+    tree_models: tuple[str, ...] = ("target",)
 
     def __init__(self, cfg: RestConfig, target: Backend | None = None, draft=None):
         super().__init__()
