@@ -165,6 +165,9 @@ def load_backends(model: dict[str, Any], dtype: str):
 
 @cli
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("paper", "decisions"):
+        return profiles_main(argv[0], argv[1:])
     ap = argparse.ArgumentParser(prog="python -m simulators.calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen_coder", help="conf/model/<name>.yaml (needs a profile: section "
                                                           "naming the models, unless --names is given)")
@@ -209,6 +212,30 @@ def main(argv: list[str] | None = None) -> int:
                   f"{a.dtype}, {'tree' if a.tree else 'chain'} forwards, ks {a.ks}, ctxs {a.ctxs}, "
                   f"{a.stat} of {a.repeats}")
     print(f"profile written to {a.out}")
+    return 0
+
+
+def profiles_main(what: str, argv: list[str]) -> int:
+    """`calibrate paper`: the Yi-34B/6B per-task profiles from the published vanilla + SpS figures;
+    `calibrate decisions`: a profile fitted to a real pair's recorded decisions (simulators/decisions.py)."""
+    from simulators import sim_profiles
+
+    ap = argparse.ArgumentParser(prog=f"python -m simulators.calibrate {what}")
+    ap.add_argument("--prompts", type=int, default=16, help="paper: surrogate prompts per task")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out-dir", default=None, help="where profiles are written (default conf/sim/)")
+    if what == "decisions":
+        from simulators.decisions import add_args, calibrate_main
+
+        add_args(ap)
+        a = ap.parse_args(argv)
+        return calibrate_main(a)
+    a = ap.parse_args(argv)
+    if a.prompts < 1:
+        raise OuroborosError(f"--prompts must be >= 1, got {a.prompts}")
+    from pathlib import Path
+
+    sim_profiles.paper_profiles(a.prompts, a.seed, Path(a.out_dir) if a.out_dir else None)
     return 0
 
 

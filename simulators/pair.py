@@ -16,7 +16,7 @@ Knows nothing of strategies or the loop.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ouroboros.backends.base import Backend, OuroborosError
@@ -52,6 +52,13 @@ SIM_DEFAULTS: dict[str, Any] = {
     "trace": None,                # replay: path of a recorded trace (JSON)
     "proxy_model": None,          # proxy: a model dict for ouroboros.models.load_pair
     "proxy_dtype": "float32",
+    "target_overhead_s": None,    # fitted per-forward overhead of the target (s), replacing the hardware's estimated
+    "draft_overhead_s": None,     # forward_overhead_s + layers x layer_overhead_s (spec-sheet cost only); ... draft's
+    "prompt_tokens": "surrogate",  # how real prompts are tokenized: surrogate | tokenizer | ratio (simulators/tokens.py)
+    "tokenizer": None,            # prompt_tokens=tokenizer: a tokenizer directory (null: the pair's fetched one)
+    "chars_per_token": None,      # prompt_tokens=ratio: characters per token measured with the pair's tokenizer
+    "pair": None,                 # a calibration profile's pair (conf/model name); another model is refused
+    "fit": None,                  # a calibration profile's provenance: what it was fitted to, by which command
 }
 
 
@@ -80,6 +87,9 @@ def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
         if k not in SIM_DEFAULTS:
             raise OuroborosError(f"sim has no option {k!r}; options: {', '.join(sorted(SIM_DEFAULTS))}")
         opts[k] = v
+    for k in ("target_overhead_s", "draft_overhead_s"):
+        if opts[k] is not None and float(opts[k]) < 0:
+            raise OuroborosError(f"sim.{k} must be >= 0, got {opts[k]}")
     if opts["tokens"] not in ("surrogate", "iid", "replay", "proxy"):
         raise OuroborosError(f"unknown sim.tokens {opts['tokens']!r}; known: surrogate, iid, replay, proxy")
     return opts
@@ -90,7 +100,13 @@ def pair_costs(prof: PairProfile, hw: Hardware, opts: dict[str, Any]) -> dict[st
     out = {}
     for side, m in (("target", prof.target), ("draft", prof.draft)):
         t1 = opts[f"t_{side}_s"]
-        if t1 is not None:
+        over = opts[f"{side}_overhead_s"]
+        if over is not None:
+            if t1 is not None or m.name in fitted:
+                raise OuroborosError(f"sim.{side}_overhead_s replaces the spec-sheet cost's overheads; it cannot be "
+                                     f"combined with a measured or fitted cost for {m.name}")
+            out[side] = from_spec(m, replace(hw, forward_overhead_s=float(over), layer_overhead_s=0.0), opts["dtype"])
+        elif t1 is not None:
             if opts["shape"] not in ("spec", "flat"):
                 raise OuroborosError(f"sim.shape must be 'spec' or 'flat', got {opts['shape']!r}")
             base = from_spec(m, hw, opts["dtype"]) if opts["shape"] == "spec" else None
@@ -106,6 +122,10 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
               seed: int = 0) -> SimPair:
     opts = sim_options(sim)
     prof = PairProfile.from_model_cfg(model)
+    if opts["pair"] is not None and opts["pair"] != prof.name:
+        own = ", ".join(sorted((model.get("sim_profiles") or {}).values())) or "none"
+        raise OuroborosError(f"sim profile was fitted for pair {opts['pair']!r}, not for model {prof.name!r} (its "
+                             f"profiles: {own}); set sim.pair=null to force it")
     hw = Hardware.from_dict(hardware)
     if opts["placement"] or opts["devices"]:
         hw = hw.with_placement(opts["placement"], opts["devices"])

@@ -291,15 +291,41 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...
     return Calibration(sps, over_t, over_d, setting, {k: plans[k][g][0] for k, g in setting.items()}, vanilla, plans)
 
 
+def profile_calibration(n_prompts: int, seed: int, tasks: tuple[Task, ...] = TASKS) -> Calibration:
+    """The calibration stored in conf/model/yi34b_6b.yaml's per-task profiles (conf/sim/yi34b_6b_<task>.yaml, written
+    by `python -m simulators.calibrate paper`) instead of a fresh fit: what `run ... sim=<profile>` runs with."""
+    from simulators.sim_profiles import PAPER_TASK_KEYS, load_profile, pair_profiles
+
+    names = pair_profiles("yi34b_6b")
+    over_t: dict[str, float] = {}
+    a: dict[str, float] = {}
+    over_d: set[float] = set()
+    vanilla: dict[str, Run] = {}
+    plans: dict[str, dict[str, tuple[float, Run]]] = {}
+    for t in tasks:
+        key = PAPER_TASK_KEYS[t.name]
+        if key not in names:
+            raise OuroborosError(f"conf/model/yi34b_6b.yaml names no sim profile for {key}")
+        prof = load_profile(names[key])
+        over_t[t.name], a[t.name] = float(prof["target_overhead_s"]), float(prof["alpha_easy"])
+        over_d.add(float(prof["draft_overhead_s"]))
+        vanilla[t.name] = run(t, "vanilla", {}, 0.5, n_prompts, seed)
+        plans[t.name] = {"hf": (a[t.name], sps_plan(Trace(t, n_prompts, seed), a[t.name], "hf"))}
+    if len(over_d) != 1:
+        raise OuroborosError(f"the yi34b_6b profiles disagree on draft_overhead_s: {sorted(over_d)}")
+    return Calibration("hf", over_t, over_d.pop(), {t.name: "hf" for t in tasks}, a, vanilla, plans)
+
+
 def err(pred: float, pub: float | None) -> str:
     return "" if pub is None else f"{pred / pub - 1:+.1%}"
 
 
 def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
-          p_copy: dict[str, float] | None = None) -> list[dict[str, Any]]:
-    """p_copy: the surrogate target's copying per corpus ("code", "prose"; default 0 = none)."""
+          p_copy: dict[str, float] | None = None, profiles: bool = False) -> list[dict[str, Any]]:
+    """p_copy: the surrogate target's copying per corpus ("code", "prose"; default 0 = none). profiles: predict
+    from the stored calibration profiles (conf/sim/yi34b_6b_<task>.yaml) instead of fitting afresh."""
     tasks = tuple(replace(t, p_copy=(p_copy or {}).get(t.corpus, 0.0)) for t in TASKS)
-    cal = calibrate(n_prompts, seed, sps, tasks)
+    cal = profile_calibration(n_prompts, seed, tasks) if profiles else calibrate(n_prompts, seed, sps, tasks)
     rows: list[dict[str, Any]] = []
     runs: dict[str, dict[str, Run]] = {}
     for t in tasks:
@@ -417,12 +443,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="copy-rate: humaneval, mtbench or a JSONL file of {prompt, completion} lines (=code or "
                          "=prose: the surrogate corpus to compare with); default humaneval=code and mtbench=prose")
     ap.add_argument("--window", type=int, default=256, help="copy-rate: how far back copying looks (tokens)")
+    ap.add_argument("--profiles", action="store_true",
+                    help="paper: predict from the stored profiles (conf/model/yi34b_6b.yaml's sim_profiles, written by "
+                         "`python -m simulators.calibrate paper`) instead of fitting afresh")
     a = ap.parse_args(argv)
+    if a.profiles and (a.sps != "hf" or a.check != "paper"):
+        raise OuroborosError("--profiles goes with `paper` and the HF SpS prior (the profiles were fitted with it)")
     for flag, value, least in (("--prompts", a.prompts, 1), ("--tokens", a.tokens, 1), ("--window", a.window, 3)):
         if value < least:
             raise OuroborosError(f"{flag} must be >= {least}, got {value}")
     if a.check == "paper":
-        paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy))
+        paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy), profiles=a.profiles)
     elif a.check == "sensitivity":
         sensitivity(a.prompts, a.seed, a.sps)
     elif a.check == "copy-rate":

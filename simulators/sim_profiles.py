@@ -1,0 +1,121 @@
+"""Calibration profiles: conf/sim/<pair>_<task>.yaml, one per (model pair, task), selected with `sim=<profile>` by
+`ouroboros.run`, `sweep`, `tune` and `simulators.validate`; each pair's conf/model/<pair>.yaml names its own under
+`sim_profiles:` (task -> profile). A profile is a partial `sim` config (Hydra's `defaults: [default, _self_]` fills
+the rest, so `sim.<key>=v` still overrides any option) holding only what its fit set, `pair:` (the model it was fitted
+for; make_pair refuses another) and `fit:` (its inputs: which published or measured figures, which command, commit).
+
+Writers (`python -m simulators.calibrate paper|decisions`):
+- `paper_profiles`: the Yi-34B/6B per-task fit of `simulators.validate paper` (published vanilla token/s, SpS
+  token/s and SpS block efficiency ONLY; see validate's module doc), as profiles;
+- `simulators.decisions.fit_profile`: the surrogate's agreement knobs fitted to a real pair's recorded decisions.
+
+Knows nothing of strategies or the loop.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ouroboros.backends.base import OuroborosError
+from simulators.profiles import conf_root, load_conf
+
+# What each field a profile may set means (written as a comment beside it).
+FIELD_DOCS = {
+    "corpus": "surrogate corpus standing in for the task's text (code | prose)",
+    "alpha_easy": "surrogate draft agreement in easy stretches (fitted)",
+    "alpha_hard": "... in hard stretches (fitted; paper profiles tie it to alpha_easy^4)",
+    "hard_frac": "fraction of positions in hard stretches",
+    "burst_len": "length of an easy / hard stretch (tokens)",
+    "p_shift": "share of mismatches that are 'one token too early' (else the runner-up)",
+    "p_copy": "how often the surrogate target copies what followed its last two tokens earlier",
+    "p_top": "how often the surrogate target takes its n-gram table's top continuation",
+    "target_overhead_s": "target's per-forward overhead (s), replacing the hardware's estimate (fitted)",
+    "draft_overhead_s": "draft's per-forward overhead (s), replacing the hardware's estimate (fitted)",
+    "dtype": "weights' dtype for the cost model",
+    "prompt_tokens": "how real prompts get their token counts (simulators/tokens.py)",
+    "chars_per_token": "characters per token of the pair's tokenizer on the task's text (measured)",
+    "pair": "the conf/model pair this profile was fitted for (make_pair refuses another)",
+}
+
+PAPER_TASK_KEYS = {"HumanEval": "humaneval", "MBPP": "mbpp", "GSM8K": "gsm8k", "CNN/DM": "cnndm", "WMT16": "wmt16"}
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def profile_text(title: str, fields: dict[str, Any], fit: dict[str, Any]) -> str:
+    """A profile file: a header, the defaults list, one documented line per field, then `fit:`."""
+    lines = [f"# {title}", "# Written by `python -m simulators.calibrate` (simulators/sim_profiles.py); select with sim=<this file's",
+             "# name>. Unlisted options come from conf/sim/default.yaml.", "defaults:", "  - default", "  - _self_"]
+    for k, v in fields.items():
+        val = yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
+        lines.append(f"{k + ': ' + val:<34}# {FIELD_DOCS.get(k, '')}")
+    lines.append(f"{'fit:':<34}# provenance: what this profile was fitted to (nothing else)")
+    lines += ["  " + ln for ln in yaml.safe_dump(fit, sort_keys=False, width=110).splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def write_profile(name: str, title: str, fields: dict[str, Any], fit: dict[str, Any], out_dir: Path | None = None
+                  ) -> Path:
+    path = (out_dir or conf_root() / "sim") / f"{name}.yaml"
+    path.write_text(profile_text(title, fields, fit), encoding="utf-8")
+    return path
+
+
+def load_profile(name: str) -> dict[str, Any]:
+    """conf/sim/<name>.yaml as the sim options it sets (its defaults list dropped: sim_options fills the rest)."""
+    d = load_conf("sim", name)
+    d.pop("defaults", None)
+    return d
+
+
+def pair_profiles(model: str) -> dict[str, str]:
+    """task -> profile name, from conf/model/<model>.yaml's `sim_profiles:` (empty if it has none)."""
+    return dict(load_conf("model", model).get("sim_profiles") or {})
+
+
+def paper_profiles(n_prompts: int = 16, seed: int = 0, out_dir: Path | None = None, out=print) -> list[Path]:
+    """Fit `validate paper`'s calibration (HF-schedule SpS prior) and write one profile per task."""
+    from simulators.validate import TASKS, calibrate
+
+    cal = calibrate(n_prompts, seed, "hf")
+    commit = git_commit()
+    paths = []
+    for t in TASKS:
+        a = cal.a[t.name]
+        fields = {"pair": "yi34b_6b", "corpus": t.corpus, "alpha_easy": round(a, 6), "alpha_hard": round(a**4, 6),
+                  "target_overhead_s": round(cal.over_t[t.name], 6), "draft_overhead_s": round(cal.over_d, 6)}
+        fit = {"pair": "yi34b_6b (Yi-34B target, Yi-6B draft) on hardware=a800x2",
+               "task": t.name,
+               "inputs": {"vanilla_tok_s": t.vanilla_tps, "sps_tok_s": t.sps_tps, "sps_block_efficiency": t.sps_eta},
+               "inputs_source": "../shared/PAPER_NUMBERS.md (arXiv 2402.13720 Tables 1-3); CNN/DM and WMT16 token/s "
+                                "from github.com/thunlp/Ouroboros README. No lookahead or Ouroboros figure is used.",
+               "method": "simulators.validate calibrate: target overhead so vanilla token/s matches (per task); "
+                         "draft overhead by least squares in log SpS token/s over the tasks with one (shared); "
+                         "agreement so SpS block efficiency matches, SpS = speculative schedule=hf (transformers' "
+                         "heuristic, starting at 5)",
+               "surrogate_prompts": n_prompts, "seed": seed, "max_new_tokens": t.max_new,
+               "command": f"python -m simulators.calibrate paper --prompts {n_prompts} --seed {seed}",
+               "commit": commit}
+        name = f"yi34b_6b_{PAPER_TASK_KEYS[t.name]}"
+        paths.append(write_profile(name, f"Yi-34B/6B on 2x A800, {t.name}: calibration profile (paper figures)",
+                                   fields, fit, out_dir))
+        out(f"{name}: alpha_easy {a:.4f}, target overhead {cal.over_t[t.name] * 1e3:.2f} ms, draft overhead "
+            f"{cal.over_d * 1e3:.2f} ms -> {paths[-1]}")
+    return paths
+
+
+def check_profile_name(name: str) -> None:
+    if not (conf_root() / "sim" / f"{name}.yaml").is_file():
+        known = sorted(p.stem for p in (conf_root() / "sim").glob("*.yaml"))
+        raise OuroborosError(f"unknown sim profile {name!r}; known: {', '.join(known)}")

@@ -1,0 +1,82 @@
+"""Calibration profiles (conf/sim/<pair>_<task>.yaml): they compose with Hydra (`sim=<profile>`, `sim.<key>=v` still
+works), every pair names only its own, a profile's fit states paper inputs of its own pair only, the fitted clock
+reaches make_pair, another pair's profile is refused, and two profiles give different decisions."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+
+from ouroboros.backends.base import OuroborosError
+from ouroboros.config import validate
+from ouroboros.decode import decode
+from ouroboros.strategies import build_proposer
+from simulators.cost_model import from_spec
+from simulators.hardware import Hardware
+from simulators.pair import SIM_DEFAULTS, make_pair
+from simulators.profiles import PairProfile, conf_root, load_conf
+from simulators.sim_profiles import load_profile, pair_profiles, profile_text
+
+CONF = str(conf_root())
+PAIRS = ("yi34b_6b", "codellama34b_7b", "deepseek33b_6.7b", "llama70b_7b")
+
+
+def test_profile_composes_and_keeps_every_option_overridable():
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("config", overrides=["model=yi34b_6b", "sim=yi34b_6b_humaneval", "sim.vocab=2048"])
+    run = validate(cfg)
+    assert run.sim["pair"] == "yi34b_6b" and run.sim["vocab"] == 2048 and run.sim["corpus"] == "code"
+    assert set(run.sim) == set(SIM_DEFAULTS)  # the defaults list filled in every other option
+
+
+@pytest.mark.parametrize("model", PAIRS)
+def test_each_pair_names_only_its_own_profiles(model):
+    for task, name in pair_profiles(model).items():
+        prof = load_profile(name)
+        assert prof["pair"] == model, (task, name)
+        assert set(prof) <= set(SIM_DEFAULTS)
+        # fitted from this pair's published vanilla and SpS figures only
+        assert set(prof["fit"]["inputs"]) == {"vanilla_tok_s", "sps_tok_s", "sps_block_efficiency"}
+    assert bool(pair_profiles(model)) == (model == "yi34b_6b")  # only Yi-34B/6B's figures are at hand
+
+
+def test_profile_clock_reaches_make_pair():
+    prof = load_profile("yi34b_6b_humaneval")
+    model, hw = load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2")
+    pair = make_pair(model, hw, prof)
+    spec = from_spec(PairProfile.from_model_cfg(model).target,
+                     Hardware.from_dict({**hw, "forward_overhead_s": prof["target_overhead_s"],
+                                         "layer_overhead_s": 0.0}), "fp16")
+    assert pair.costs["target"].forward_s(1, 100) == pytest.approx(spec.forward_s(1, 100), rel=1e-12)
+    default = make_pair(model, hw, {})
+    assert pair.costs["target"].forward_s(1, 100) != pytest.approx(default.costs["target"].forward_s(1, 100))
+
+
+def test_another_pairs_profile_is_refused():
+    with pytest.raises(OuroborosError, match="fitted for pair 'yi34b_6b', not for model 'llama70b_7b'"):
+        make_pair(load_conf("model", "llama70b_7b"), load_conf("hardware", "a800x2"), load_profile("yi34b_6b_mbpp"))
+    with pytest.raises(OuroborosError, match="sim.target_overhead_s must be >= 0"):
+        make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), {"target_overhead_s": -1})
+
+
+def test_two_profiles_make_different_decisions():
+    etas = []
+    for name in ("yi34b_6b_humaneval", "yi34b_6b_wmt16"):
+        prof = {**load_profile(name), "corpus": "code"}  # same text: only the fitted agreement differs
+        pair = make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), prof)
+        sps = build_proposer("speculative", {"gamma": 8}, pair.target, pair.draft)
+        steps = new = 0
+        for p in pair.default_prompts(3, 0):
+            res = decode(pair.target, sps, p.ids, 64, pair.eos_ids)
+            steps, new = steps + len(res.steps), new + res.new_tokens
+        etas.append(new / steps)
+    assert etas[0] > etas[1] + 1.0  # HumanEval's agreement 0.95 vs WMT16's 0.68
+
+
+def test_profile_text_is_documented_yaml(tmp_path: Path):
+    text = profile_text("t", {"pair": "yi34b_6b", "alpha_easy": 0.5}, {"inputs": {"vanilla_tok_s": 1.0}})
+    d = yaml.safe_load(text)
+    assert d == {"defaults": ["default", "_self_"], "pair": "yi34b_6b", "alpha_easy": 0.5,
+                 "fit": {"inputs": {"vanilla_tok_s": 1.0}}}
+    assert all("#" in ln for ln in text.splitlines() if ln.startswith(("pair:", "alpha_easy:")))
