@@ -54,7 +54,7 @@ SIM_DEFAULTS: dict[str, Any] = {
     "proxy_dtype": "float32",
     "target_overhead_s": None,    # fitted per-forward overhead of the target (s), replacing the hardware's estimated
     "draft_overhead_s": None,     # forward_overhead_s + layers x layer_overhead_s (spec-sheet cost only); ... draft's
-    "prompt_tokens": "surrogate",  # how real prompts are tokenized: surrogate | tokenizer | ratio (simulators/tokens.py)
+    "prompt_tokens": "surrogate",  # how real prompts get tokens: surrogate | tokenizer | ratio (simulators/tokens.py)
     "tokenizer": None,            # prompt_tokens=tokenizer: a tokenizer directory (null: the pair's fetched one)
     "chars_per_token": None,      # prompt_tokens=ratio: characters per token measured with the pair's tokenizer
     "pair": None,                 # a calibration profile's pair (conf/model name); another model is refused

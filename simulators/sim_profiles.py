@@ -55,8 +55,9 @@ def git_commit() -> str:
 
 def profile_text(title: str, fields: dict[str, Any], fit: dict[str, Any]) -> str:
     """A profile file: a header, the defaults list, one documented line per field, then `fit:`."""
-    lines = [f"# {title}", "# Written by `python -m simulators.calibrate` (simulators/sim_profiles.py); select with sim=<this file's",
-             "# name>. Unlisted options come from conf/sim/default.yaml.", "defaults:", "  - default", "  - _self_"]
+    lines = [f"# {title}", "# Written by `python -m simulators.calibrate` (simulators/sim_profiles.py); select with",
+             "# sim=<this file's name>. Unlisted options come from conf/sim/default.yaml.",
+             "defaults:", "  - default", "  - _self_"]
     for k, v in fields.items():
         val = yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
         lines.append(f"{k + ': ' + val:<34}# {FIELD_DOCS.get(k, '')}")
