@@ -31,6 +31,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.datasets import load_records
 from ouroboros.paths import check_writable
 from ouroboros.sampling import SamplingConfig
 from ouroboros.strategies import check_files, default_params, get_spec, make_config
@@ -171,6 +172,7 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
         raise OuroborosError("model config has neither 'kind' nor 'profile' (pick one with model=<name>)")
     if "kind" not in run.dataset:
         raise OuroborosError("dataset config has no 'kind' (pick one with dataset=<name>)")
+    load_records(run.dataset, run.seed)   # files read and parsed, ids and limit checked (no tokenizer needed)
     SamplingConfig(**dataclasses.asdict(run.sampling))  # range checks (one line each)
     if not run.sampling.greedy and run.backend_kind == "sim" and run.sim.get("tokens", "surrogate") != "proxy":
         raise OuroborosError("sampling needs real next-token distributions: use backend=hf, or backend=sim with "
@@ -220,7 +222,9 @@ def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
     params = strategy_params(name, None if strategy else run.strategy.params)
     backend = dataclasses.asdict(run.backend)
     backend["kind"] = run.backend_kind
-    return {"model": run.model, "dataset": run.dataset, "backend": backend,
+    # skip_too_long only when on: points measured before the option existed keep their ids
+    dataset = {k: v for k, v in run.dataset.items() if not (k == "skip_too_long" and not v)}
+    return {"model": run.model, "dataset": dataset, "backend": backend,
             "hardware": run.hardware if backend["kind"] == "sim" else None,
             "sim": run.sim if backend["kind"] == "sim" else None,
             "max_new_tokens": run.max_new_tokens, "seed": run.seed, "warmup": run.warmup,

@@ -91,8 +91,12 @@ def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         raise OuroborosError(f"dataset file not found: {path}")
     opener = gzip.open if p.name.endswith(".gz") else open
     out = []
-    with opener(p, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with opener(p, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")  # (with the newline, an unclosed object's error
+            except UnicodeDecodeError as e:                  #  would point past the line: line 2, column 1)
+                raise OuroborosError(f"{p.name}:{n}: not UTF-8 text (byte {e.start + 1})") from None
             if not line.strip():
                 continue
             try:
@@ -207,7 +211,11 @@ def text_records(path: str, split: str = "line") -> list[Record]:
         raise OuroborosError(f"dataset file not found: {path}")
     if split not in ("line", "blank"):
         raise OuroborosError(f"text dataset: split must be 'line' or 'blank', got {split!r}")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = p.read_bytes()[:e.start].count(b"\n") + 1
+        raise OuroborosError(f"{p.name}:{line}: not UTF-8 text") from None
     chunks = text.splitlines() if split == "line" else text.split("\n\n")
     out = [Record(str(i), [c.strip("\n")], []) for i, c in enumerate(chunks, 1) if c.strip()]
     if not out:
@@ -261,26 +269,38 @@ def select(records: list[Record], ids: list | None, limit: int | None, shuffle: 
     return records
 
 
-def load_prompts(dataset: dict[str, Any], tokenizer: Any = None, vocab_size: int | None = None,
-                 seed: int = 0) -> list[Prompt]:
-    """Dispatch on dataset['kind'], select, render, tokenize."""
+COMMON = (("ids", None), ("limit", None), ("shuffle", False), ("max_new_tokens", None), ("chat", "auto"),
+          ("system", None), ("template", "{prompt}"), ("skip_too_long", False))   # options of every file dataset
+
+
+def load_records(dataset: dict[str, Any], seed: int = 0) -> tuple[list[Record], dict[str, Any]]:
+    """(the selected records, the common options) of a file dataset: every file read and parsed, no tokenizer
+    needed, so entry points call it before any model loads. `synthetic` has no records: ([], {})."""
     cfg = dict(dataset)
     kind = cfg.pop("kind", None)
     if kind == "synthetic":
-        if vocab_size is None:
-            raise OuroborosError("synthetic prompts need the model's vocabulary size")
-        return synthetic_prompts(int(cfg.get("num_prompts", 8)), int(cfg.get("prompt_len", 48)), vocab_size, seed)
+        return [], {}
     if kind not in RECORD_LOADERS:
         raise OuroborosError(f"unknown dataset kind {kind!r}; known: synthetic, {', '.join(RECORD_LOADERS)}")
-    common = {k: cfg.pop(k, d) for k, d in (("ids", None), ("limit", None), ("shuffle", False),
-                                              ("max_new_tokens", None), ("chat", "auto"), ("system", None),
-                                              ("template", "{prompt}"))}
+    common = {k: cfg.pop(k, d) for k, d in COMMON}
     records = RECORD_LOADERS[kind](cfg)
     if cfg:
         raise OuroborosError(f"dataset kind {kind!r} has no option {sorted(cfg)[0]!r}")
+    return select(records, common["ids"], common["limit"], bool(common["shuffle"]), seed), common
+
+
+def load_prompts(dataset: dict[str, Any], tokenizer: Any = None, vocab_size: int | None = None,
+                 seed: int = 0) -> list[Prompt]:
+    """Dispatch on dataset['kind'], select, render, tokenize."""
+    if dataset.get("kind") == "synthetic":
+        if vocab_size is None:
+            raise OuroborosError("synthetic prompts need the model's vocabulary size")
+        return synthetic_prompts(int(dataset.get("num_prompts", 8)), int(dataset.get("prompt_len", 48)), vocab_size,
+                                 seed)
+    records, common = load_records(dataset, seed)
     if tokenizer is None:
-        raise OuroborosError(f"dataset {kind!r} needs a tokenizer (this model has none; use dataset=synthetic)")
-    records = select(records, common["ids"], common["limit"], bool(common["shuffle"]), seed)
+        raise OuroborosError(f"dataset {dataset.get('kind')!r} needs a tokenizer (this model has none; use "
+                             "dataset=synthetic)")
     out = []
     for rec in records:
         text = render(rec, tokenizer, common["chat"], common["system"], common["template"])
@@ -292,6 +312,19 @@ def load_prompts(dataset: dict[str, Any], tokenizer: Any = None, vocab_size: int
         budget = common["max_new_tokens"] or rec.default_max_new_tokens
         out.append(Prompt(rec.id, ids, int(budget) if budget else None, rec.category, text))
     return out
+
+
+def fit_context(prompts: list[Prompt], max_context: int, skip: bool) -> tuple[list[Prompt], list[str]]:
+    """(the prompts that leave room for at least one new token, the ids of those that do not). Without `skip`, the
+    first prompt too long is an error naming it. Golden: prompts a, b, c of 3, 9, 4 tokens, context 8, skip ->
+    ([a, c], ["b"])."""
+    long = [p for p in prompts if len(p.ids) >= max_context]
+    if long and not skip:
+        p = long[0]
+        more = f" (and {len(long) - 1} more)" if len(long) > 1 else ""
+        raise OuroborosError(f"prompt {p.id!r} has {len(p.ids)} tokens, no room in the model context of {max_context}"
+                             f"{more}; dataset.skip_too_long=true skips such prompts")
+    return [p for p in prompts if len(p.ids) < max_context], [p.id for p in long]
 
 
 def _humaneval(cfg: dict) -> list[Record]:

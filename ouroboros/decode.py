@@ -38,13 +38,14 @@ class LoopResult:
     stop_reason: str
 
 
-def check_request(target: Backend, prompt: Sequence[int], max_new_tokens: int) -> None:
+def check_request(target: Backend, prompt: Sequence[int], max_new_tokens: int, prompt_id: str | None = None) -> None:
     if len(prompt) == 0:
         raise OuroborosError("empty prompt: give at least one token")
     if max_new_tokens <= 0:
         raise OuroborosError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if len(prompt) >= target.max_context:
-        raise OuroborosError(f"prompt of {len(prompt)} tokens does not fit the model context of {target.max_context}")
+        name = f"prompt {prompt_id!r}" if prompt_id is not None else "prompt"
+        raise OuroborosError(f"{name} of {len(prompt)} tokens does not fit the model context of {target.max_context}")
     bad = [t for t in prompt if not 0 <= t < target.vocab_size]
     if bad:
         raise OuroborosError(f"prompt token {bad[0]} is outside the vocabulary [0, {target.vocab_size})")
@@ -134,7 +135,7 @@ def _max_candidate_depth(draft: Draft, n_cand: int) -> int:
 def decode(target: Backend, proposer: Proposer, prompt: Sequence[int], max_new_tokens: int,
            eos_ids: Sequence[int] = (), verifier: Verifier = greedy_verifier, prompt_id: str = "0") -> PromptResult:
     """Prefill target and proposer with `prompt`, then run the loop. Returns the prompt's full record."""
-    check_request(target, prompt, max_new_tokens)
+    check_request(target, prompt, max_new_tokens, prompt_id)
     prompt = [int(t) for t in prompt]
     clock = target.clock
     begin = getattr(verifier, "begin", None)  # sampling verifiers reseed per prompt (reproducible runs)

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from ouroboros.backends.base import Backend, OuroborosError, report_error
 from ouroboros.config import RunConfig, point_id, point_key, strategy_params, validate
-from ouroboros.datasets import Prompt, load_prompts
+from ouroboros.datasets import Prompt, fit_context, load_prompts
 from ouroboros.harness import StrategyRun, run_strategy
 from ouroboros.metrics import PromptResult, RunResult, speedup, step_dict
 from ouroboros.sinks import SCHEMA_VERSION, RecordFile, WandbMirror, summary_line
@@ -104,6 +104,11 @@ def machine_info() -> dict[str, Any]:
 def open_session(run: RunConfig) -> Session:
     target, draft, tokenizer, eos_ids, sim_pair = load_backends(run)
     prompts = session_prompts(run, tokenizer, target.vocab_size, sim_pair)
+    context = min(b.max_context for b in (target, draft) if b is not None)
+    prompts, skipped = fit_context(prompts, context, bool(run.dataset.get("skip_too_long")))
+    if skipped:
+        print(f"warning: skipped {len(skipped)} prompt(s) longer than the model context of {context} tokens: "
+              f"{', '.join(skipped)}", file=sys.stderr)
     if not prompts:
         raise OuroborosError("the dataset gave no prompts")
     hardware = dict(run.hardware or {}) if run.backend_kind == "sim" else machine_info()

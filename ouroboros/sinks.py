@@ -4,7 +4,8 @@
   one `os.write` of the whole line under an exclusive flock, then fsync; a line torn by a kill mid-write is
   cut off by the next writer (and ignored by readers), so a record is either wholly there or not at all.
   `index()` maps point_id -> record (the resume index); `claim(point_id)` is a per-point lock so parallel
-  workers (joblib) never measure the same point twice.
+  workers (joblib) never measure the same point twice; its lock file (in `<records>.locks/`) is removed
+  when the claim ends, and the folder with the last one.
 - `WandbMirror`: mirrors each record to a wandb run (offline by default: no network, no account; `disabled`
   for tests), and a sweep's table and plots to one summary run.
 - `summary_line`: the console line printed when a point finishes.
@@ -42,10 +43,10 @@ def _parse_lines(data: bytes, where: str) -> list[dict]:
             continue
         try:
             out.append(json.loads(line))
-        except json.JSONDecodeError:
+        except ValueError:   # JSONDecodeError (torn), UnicodeDecodeError (not UTF-8)
             bad += 1
     if bad:
-        warnings.warn(f"{where}: skipped {bad} incomplete line(s)", stacklevel=3)
+        warnings.warn(f"{where}: skipped {bad} undecodable or incomplete line(s)", stacklevel=3)
     return out
 
 
@@ -95,12 +96,28 @@ class RecordFile:
     def claim(self, point_id: str) -> Iterator[dict | None]:
         """Hold point_id's lock; yields its record if another worker finished it meanwhile, else None."""
         lock_dir = self.path.parent / (self.path.name + ".locks")
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_dir / f"{point_id}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
+        lock = lock_dir / f"{point_id}.lock"
+        while True:   # the holder removes the lock file (and the folder) when done: lock the file that is there
+            lock_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:   # the folder went away between mkdir and open
+                continue
             fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)              # we waited on a file its holder has since removed: take the new one
+        try:
             yield self.index().get(point_id)
         finally:
+            lock.unlink(missing_ok=True)
+            try:
+                lock_dir.rmdir()      # only when no other claim is held
+            except OSError:
+                pass
             os.close(fd)
 
 

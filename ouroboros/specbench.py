@@ -96,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from ouroboros.sinks import read_records
 
-    paths = write_answers(read_records(args.records), args.out, args.model_id)
+    records = read_records(args.records)
+    if not records:
+        raise OuroborosError(f"no records in {args.records!r}")
+    paths = write_answers(records, args.out, args.model_id)
     for p in paths:
         print(p)
     print(f"{len(paths)} answer file(s); score with Spec-Bench: python evaluation/speed.py --file-path <answers> "

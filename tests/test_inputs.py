@@ -2,11 +2,18 @@
 appended, an existing records file byte-identical, no file left behind. In process (tests/cli_helper.py), on the
 simulator (nothing loads before the error, so each row takes milliseconds to a second)."""
 
+import threading
+import time
+import warnings
 from pathlib import Path
 
 import pytest
 from cli_helper import run_module
+from test_sweep import sweep_records
 
+from ouroboros.backends.base import OuroborosError
+from ouroboros.datasets import Prompt, fit_context
+from ouroboros.sinks import RecordFile, read_records
 from ouroboros.strategies import check_type
 
 SIM = ["model=llama70b_7b", "dataset.num_prompts=1", "max_new_tokens=4", "logger=quiet"]
@@ -33,6 +40,18 @@ ROWS = [
     ("ouroboros.run", ["strategy=rest", "strategy.params.datastore={tmp}/garbage.txt"], "unreadable or corrupt"),
     ("ouroboros.run", ["strategy=ouroboros", "strategy.params.pool_load={tmp}/garbage.txt"], "corrupt"),
     ("ouroboros.run", ["strategy=ouroboros", "strategy.params.pool_load={tmp}/nope.json"], "does not exist"),
+    # datasets: read and parsed before any model loads
+    ("ouroboros.run", ["dataset=text", "dataset.path={tmp}/nope.txt"], "dataset file not found"),
+    ("ouroboros.run", ["dataset=text"], "needs path="),
+    ("ouroboros.run", ["dataset=text", "dataset.path={tmp}/garbage.txt"], "garbage.txt:1: not UTF-8 text"),
+    ("ouroboros.run", ["dataset=jsonl", "dataset.path={tmp}/bad.jsonl"],
+     "bad.jsonl:2: not valid JSON (Expecting ',' delimiter at column 15)"),
+    ("ouroboros.run", ["dataset=jsonl", "dataset.path={tmp}/garbage.txt"], "garbage.txt:1: not UTF-8 text"),
+    ("ouroboros.run", ["dataset=text", "dataset.path={tmp}/long.txt", "dataset.ids=[9]"], "no prompt with id '9'"),
+    ("ouroboros.run", ["dataset=text", "dataset.path={tmp}/long.txt", "dataset.limit=0"], "dataset.limit must be"),
+    ("ouroboros.run", ["dataset=text", "dataset.path={tmp}/long.txt"],
+     "prompt '2' has 5999 tokens, no room in the model context of 4096"),
+    ("ouroboros.sweep", ["dataset=text", "dataset.path={tmp}/long.txt", "sweep=single"], "prompt '2' has"),
     # files and folders to write
     ("ouroboros.run", ["out={tmp}"], "is a directory"),
     ("ouroboros.run", ["out=/proc/x/r.jsonl"], "out: cannot write"),
@@ -56,10 +75,13 @@ def test_bad_input_is_one_line_and_loses_nothing(tmp_path, module, args, needle)
     out = tmp_path / "records.jsonl"
     out.write_bytes(OLD)
     (tmp_path / "garbage.txt").write_bytes(b"\xff\xfenot a datastore\n")
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "ok"}\n{"prompt": "x"\n')
+    (tmp_path / "long.txt").write_text("def f(a, b):\n" + " ".join(["x = 1"] * 1000) + "\nprint(a)\n")
     before = _files(tmp_path)
     argv = [a.format(tmp=tmp_path, out=out) for a in args]
     if module in ("ouroboros.run", "ouroboros.sweep", "ouroboros.tune"):
-        argv = [*SIM, f"out={out}", *argv]
+        base = [a for a in SIM if not (a.startswith("dataset.") and any(b.startswith("dataset=") for b in argv))]
+        argv = [*base, f"out={out}", *argv]
     res = run_module(module, *argv, tmp=tmp_path)
     lines = res.err.strip().splitlines()
     assert res.code == 2, (res.code, res.err[-2000:])
@@ -86,3 +108,74 @@ def test_check_type_accepts(value, hint, want):
 def test_check_type_rejects(value, hint):
     with pytest.raises(TypeError):
         check_type(value, hint)
+
+
+def test_records_readers_skip_undecodable_lines(tmp_path):
+    """A records file with a non-UTF-8 line and a torn tail: analysis, specbench and sweep resume skip those lines
+    with one counted warning and use every complete record."""
+    out = tmp_path / "r.jsonl"
+    recs = sweep_records(out, "sweep=single", "strategy=pld")
+    good = out.read_bytes().splitlines(keepends=True)
+    out.write_bytes(good[0] + b"\xff\xfe{not utf-8}\n" + good[1] + b'{"point_id": "torn')
+    with pytest.warns(UserWarning, match="skipped 2 undecodable or incomplete line"):
+        assert [r["record_id"] for r in read_records(out)] == [r["record_id"] for r in recs]
+    res = run_module("analysis", str(out), "--out", str(tmp_path / "a"), "--format", "svg")
+    assert res.code == 0 and "pld" in res.out, res.err
+    res = run_module("ouroboros.specbench", str(out), "--out", str(tmp_path / "s"))
+    assert res.code == 0 and "2 answer file(s)" in res.out, res.err
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = sweep_records(out, "sweep=single", "strategy=pld")   # resume: both points already recorded
+    assert [r["record_id"] for r in again] == [r["record_id"] for r in recs]
+
+
+def test_specbench_on_an_empty_records_file(tmp_path):
+    (tmp_path / "r.jsonl").write_bytes(b"")
+    res = run_module("ouroboros.specbench", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "s"))
+    assert res.code == 2 and res.err.strip() == f"error: no records in {str(tmp_path / 'r.jsonl')!r}"
+    assert not (tmp_path / "s").exists()
+
+
+def test_skip_too_long_drops_those_prompts_with_one_warning(tmp_path):
+    text = tmp_path / "p.txt"
+    text.write_text("def f(a, b):\n" + " ".join(["x = 1"] * 1000) + "\nprint(a)\n" + " ".join(["y"] * 5000) + "\n")
+    out = tmp_path / "r.jsonl"
+    res = run_module("ouroboros.run", "model=llama70b_7b", "dataset=text", f"dataset.path={text}",
+                     "dataset.skip_too_long=true", "max_new_tokens=4", "logger=quiet", "strategy=pld", f"out={out}",
+                     tmp=tmp_path)
+    assert res.code == 0, res.err[-2000:]
+    assert res.err.count("warning: skipped") == 1
+    assert "warning: skipped 2 prompt(s) longer than the model context of 4096 tokens: 2, 4" in res.err
+    assert [[p["prompt_id"] for p in r["prompts"]] for r in read_records(out)] == [["1", "3"], ["1", "3"]]
+
+
+def test_fit_context_golden():
+    ps = [Prompt("a", [1] * 3), Prompt("b", [1] * 9), Prompt("c", [1] * 4), Prompt("d", [1] * 8)]
+    kept, skipped = fit_context(ps, 8, skip=True)
+    assert [p.id for p in kept] == ["a", "c"] and skipped == ["b", "d"]
+    with pytest.raises(OuroborosError, match=r"prompt 'b' has 9 tokens, no room in the model context of 8 \(and 1"):
+        fit_context(ps, 8, skip=False)
+
+
+def test_claims_leave_no_lock_folder_and_stay_exclusive(tmp_path):
+    rf = RecordFile(tmp_path / "r.jsonl")
+    holders, most = [0], [0]
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(20):
+            with rf.claim("p1"):
+                with lock:
+                    holders[0] += 1
+                    most[0] = max(most[0], holders[0])
+                time.sleep(0.001)
+                with lock:
+                    holders[0] -= 1
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

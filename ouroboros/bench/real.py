@@ -214,14 +214,14 @@ class ProgressLog:
         lens = {p.id: len(p.ids) for p in prompts}
         got: dict[tuple[str, str], PromptResult] = {}
         cut = 0
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
                     rec = json.loads(line)
-                except json.JSONDecodeError:
-                    cut += 1  # a line cut short by a kill: that (run, prompt) is decoded again
+                except ValueError:  # cut short by a kill, or not UTF-8: that (run, prompt) is decoded again
+                    cut += 1
                     continue
                 if "header" in rec:
                     old = rec["header"].get("settings", {})
