@@ -159,10 +159,14 @@ def check_fits(target: ModelProfile, draft: ModelProfile | None, hw: Hardware, d
     need = weights + kv
     if need > hw.usable_bytes:
         names = " + ".join(m.name for m in models)
+        per_device = hw.usable_bytes / hw.devices
+        devices = max(hw.devices + 1, math.ceil(need / per_device))
+        placement = "" if hw.devices > 1 else " sim.placement=pipeline"   # 'single' holds one device only
         raise OuroborosError(
             f"{names} in {dtype} needs {need / 1e9:.0f} GB ({weights / 1e9:.0f} GB weights + {kv / 1e9:.1f} GB KV "
             f"at {ctx} tokens) but {hw.name} has {hw.usable_bytes / 1e9:.0f} GB usable ({hw.devices} x "
-            f"({hw.mem_gb:g} - {hw.runtime_gb:g}) GB): use more devices (sim.devices) or a smaller dtype")
+            f"({hw.mem_gb:g} - {hw.runtime_gb:g}) GB): use more devices (sim.devices={devices}{placement}) or a "
+            f"smaller dtype (sim.dtype)")
     return need
 
 

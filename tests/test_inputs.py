@@ -52,6 +52,9 @@ ROWS = [
     ("ouroboros.run", ["dataset=text", "dataset.path={tmp}/long.txt"],
      "prompt '2' has 5999 tokens, no room in the model context of 4096"),
     ("ouroboros.sweep", ["dataset=text", "dataset.path={tmp}/long.txt", "sweep=single"], "prompt '2' has"),
+    # the simulator: a pair that does not fit says what to type
+    ("ouroboros.run", ["hardware=h200"], "use more devices (sim.devices=2 sim.placement=pipeline)"),
+    ("ouroboros.run", ["hardware=h200", "sim.devices=2"], "placement 'single' needs devices=1"),
     # files and folders to write
     ("ouroboros.run", ["out={tmp}"], "is a directory"),
     ("ouroboros.run", ["out=/proc/x/r.jsonl"], "out: cannot write"),
@@ -179,3 +182,10 @@ def test_claims_leave_no_lock_folder_and_stay_exclusive(tmp_path):
         t.join()
     assert most[0] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_following_the_no_fit_hint_runs(tmp_path):
+    res = run_module("ouroboros.run", *SIM, "hardware=h200", "sim.devices=2", "sim.placement=pipeline", "out=null",
+                     tmp=tmp_path)
+    assert res.code == 0, res.err[-2000:]
+    assert "speculative" in res.out
