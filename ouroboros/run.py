@@ -14,16 +14,19 @@ only arranges them. It knows the Hydra root config only as a `RunConfig` (ourobo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,6 +233,7 @@ class Executor:
     sweep: str = "single"
     step_records: bool = False
     on_record: Callable[[dict], None] | None = None
+    recorded: int = 0           # records appended by this executor (the interrupt message counts them)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _results: dict[str, RunResult] = field(default_factory=dict)   # point_id -> result measured or reloaded
 
@@ -285,10 +289,12 @@ class Executor:
         self._results[point.id] = result
         rec = make_record(run, result, sess, label=point.label, baseline=base, baseline_id=baseline_id,
                           sweep=self.sweep, step_records=self.step_records)
-        if self.records is not None:
-            self.records.append(rec)
-        if self.mirror is not None:
-            self.mirror.log_point(rec)
+        with interrupts_deferred():   # a Ctrl-C here waits: the record and its wandb run land together
+            if self.records is not None:
+                self.records.append(rec)
+            if self.mirror is not None:
+                self.mirror.log_point(rec)
+            self.recorded += 1
         if self.on_record is not None:
             self.on_record(rec)
         return rec
@@ -315,21 +321,69 @@ def run_one(run: RunConfig) -> list[dict]:
     ex = make_executor(run, resume=False, sweep="run")
     point = Point(run, label_of(run))
     recs = []
-    if run.baseline and run.baseline != run.strategy.name:
-        recs.append(ex.run_point(point.baseline_point())[0])
-    recs.append(ex.run_point(point)[0])
+    with counted(ex):
+        if run.baseline and run.baseline != run.strategy.name:
+            recs.append(ex.run_point(point.baseline_point())[0])
+        recs.append(ex.run_point(point)[0])
     print(format_table(recs))
     if run.out:
         print(f"records appended to {run.out}")
     return recs
 
 
+# ----------------------------------------------------------------------------------------------- interrupts
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM stopped the measurement after `recorded` records were appended."""
+
+    def __init__(self, recorded: int):
+        super().__init__(recorded)
+        self.recorded = recorded
+
+
+@contextlib.contextmanager
+def counted(ex: Executor) -> Iterator[None]:
+    """Turn a Ctrl-C (KeyboardInterrupt) into `Interrupted(records appended by ex)`."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(ex.recorded) from None
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold SIGINT / SIGTERM until the block ends, then raise KeyboardInterrupt (main thread only; elsewhere the
+    signals cannot be caught anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if got:
+        raise KeyboardInterrupt
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def entry(fn: Callable[[], Any]) -> Any:
-    """Run an entry point body: a bad input prints `error: <one line>` and exits 2."""
+    """Run an entry point body: a bad input prints `error: <one line>` and exits 2; Ctrl-C or SIGTERM prints
+    `interrupted: N points recorded, rerun to resume` and exits 130 (every appended record is complete)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _sigterm)
     try:
         return fn()
     except OuroborosError as e:
         sys.exit(report_error(e))
+    except (Interrupted, KeyboardInterrupt) as e:
+        n = e.recorded if isinstance(e, Interrupted) else 0
+        print(f"interrupted: {n} point{'s' if n != 1 else ''} recorded, rerun to resume", file=sys.stderr)
+        sys.exit(130)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

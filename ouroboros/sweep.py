@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.config import RunConfig, SweepConfig, validate
-from ouroboros.run import Executor, Point, entry, format_table, label_of, make_executor
+from ouroboros.run import Executor, Point, counted, entry, format_table, label_of, make_executor
 from ouroboros.sinks import RecordFile, summary_line
 
 GROUPS = ("model", "strategy", "dataset", "backend", "hardware", "logger", "sweep")
@@ -120,7 +120,8 @@ def sweep_main(cfg: DictConfig) -> list[dict]:
     points = plan(list(hc.overrides.task), choices, run.sweep)
     ex = make_executor(run, resume=run.sweep.resume, sweep=run.sweep.name)
     ex.on_record = None  # run_points prints the summary line
-    records = run_points(points, ex)
+    with counted(ex):
+        records = run_points(points, ex)
     print(format_table(records))
     if run.out:
         print(f"records: {run.out}")

@@ -22,7 +22,7 @@ from ouroboros.backends.base import OuroborosError
 from ouroboros.config import RunConfig, StrategyConfig, strategy_params, validate
 from ouroboros.metrics import PromptResult, RunResult
 from ouroboros.paths import check_writable
-from ouroboros.run import Executor, Point, entry, format_table, label_of, make_executor
+from ouroboros.run import Executor, Point, counted, entry, format_table, label_of, make_executor
 from ouroboros.strategies import check_type, field_types
 
 
@@ -135,7 +135,8 @@ def tune_main(cfg: DictConfig) -> dict[str, Any]:
     run = validate(cfg)
     check_tune(run)
     ex = make_executor(run, resume=True, sweep=f"tune-{run.strategy.name}")
-    params, history = tune(run, ex)
+    with counted(ex):
+        params, history = tune(run, ex)
     best = next(r for r in reversed(history) if r["params"] == params)
     print(format_table(history))
     path = write_strategy_yaml(run.tune.out, run, params, best)
