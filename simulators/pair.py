@@ -26,6 +26,7 @@ from simulators.cost_model import CostModel, check_fits, from_spec, scaled_to
 from simulators.hardware import Hardware
 from simulators.profiles import PairProfile
 from simulators.surrogate import EOS_ID, IIDDraftLM, NGramLM, NoisyDraftLM
+from simulators.tokens import MODES, prompt_tokenizer
 
 SIM_DEFAULTS: dict[str, Any] = {
     "tokens": "surrogate",        # surrogate | iid | replay | proxy
@@ -90,6 +91,10 @@ def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
     for k in ("target_overhead_s", "draft_overhead_s"):
         if opts[k] is not None and float(opts[k]) < 0:
             raise OuroborosError(f"sim.{k} must be >= 0, got {opts[k]}")
+    if opts["prompt_tokens"] not in MODES:
+        raise OuroborosError(f"sim.prompt_tokens must be one of {', '.join(MODES)}, got {opts['prompt_tokens']!r}")
+    if opts["prompt_tokens"] == "ratio" and not (opts["chars_per_token"] and float(opts["chars_per_token"]) > 0):
+        raise OuroborosError(f"sim.prompt_tokens=ratio needs sim.chars_per_token > 0, got {opts['chars_per_token']}")
     if opts["tokens"] not in ("surrogate", "iid", "replay", "proxy"):
         raise OuroborosError(f"unknown sim.tokens {opts['tokens']!r}; known: surrogate, iid, replay, proxy")
     return opts
@@ -150,7 +155,8 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
             return [Prompt(id=f"sim-{opts['corpus']}-{i}", ids=ids, category=opts["corpus"],
                            text=lm.corpus.tokenizer.decode(ids)) for i, ids in enumerate(lm.prompts(n, s))]
 
-        return SimPair(target, draft, clock, lm.corpus.tokenizer, (EOS_ID,), costs, prof, hw, prompts)
+        tok = prompt_tokenizer(opts, model, lm.corpus.tokenizer)
+        return SimPair(target, draft, clock, tok, (EOS_ID,), costs, prof, hw, prompts)
     if kind == "replay":
         from simulators.replay import replay_pair
 

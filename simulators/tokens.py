@@ -1,0 +1,125 @@
+"""Real prompts on the surrogate with the token counts a real tokenizer gives (`sim.prompt_tokens`).
+
+The surrogate's own tokenizer (`PieceTokenizer`: 4,096 pieces of Python source) splits prose into about 1.3
+characters per token, where real tokenizers give about 3-4: prose prompts come out ~3x too long, so modelled
+prefill and attention costs are inflated and long prompts overflow the context. Two fixes, as tokenizers the
+dataset loaders call (`tok(text, add_special_tokens=False)["input_ids"]`, `decode`, and the chat template):
+
+- `tokenizer` (`RealCountTokenizer`): the pair's real tokenizer (for qwen_coder the fetched one; else
+  `sim.tokenizer=<dir>`) tokenizes the prompt, chat template included, so the count is exactly the real one;
+  each real token becomes a surrogate id (the piece equal to its text without surrounding spaces, else its
+  first character's id, else a fixed hash), so a prompt that repeats itself repeats in surrogate ids too.
+- `ratio` (`RatioTokenizer`): round(characters / `sim.chars_per_token`) tokens, the surrogate's own encoding
+  resampled evenly to that count (order kept, content thinned or stretched). Measure the ratio on the task's
+  text with a real tokenizer (`measure_chars_per_token`; docs/simulator-fidelity.md lists measured values).
+
+Continuations are still the surrogate's. Knows nothing of costs or strategies.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Any
+
+from ouroboros.backends.base import OuroborosError
+from simulators.surrogate import PieceTokenizer
+
+MODES = ("surrogate", "tokenizer", "ratio")
+
+
+class RealCountTokenizer:
+    """Encode with a real tokenizer, map each real token to a surrogate id; decode as the surrogate does."""
+
+    def __init__(self, surrogate: PieceTokenizer, real: Any):
+        self.surrogate, self.real = surrogate, real
+        self.vocab_size = surrogate.vocab_size
+        self.chat_template = getattr(real, "chat_template", None)
+        self._map: dict[int, int] = {}
+
+    def surrogate_id(self, real_id: int) -> int:
+        sid = self._map.get(real_id)
+        if sid is None:
+            text = self.real.decode([real_id])
+            ids = self.surrogate.ids
+            sid = ids.get(text.strip()) or ids.get(text) or (ids.get(text.strip()[:1]) if text.strip() else None)
+            if sid is None:  # unknown text (e.g. non-ASCII): a fixed id from its bytes, never EOS
+                sid = 1 + zlib.crc32(text.encode()) % (self.vocab_size - 1)
+            self._map[real_id] = sid
+        return sid
+
+    def encode(self, text: str) -> list[int]:
+        return [self.surrogate_id(i) for i in self.real(text, add_special_tokens=False)["input_ids"]]
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": self.encode(text)}
+
+    def apply_chat_template(self, messages: Any, **kw: Any) -> Any:
+        return self.real.apply_chat_template(messages, **kw)
+
+    def decode(self, ids: list[int], **kw: Any) -> str:
+        return self.surrogate.decode(ids)
+
+
+class RatioTokenizer:
+    """round(len(text) / chars_per_token) tokens (at least 1): the surrogate encoding resampled to that count."""
+
+    def __init__(self, surrogate: PieceTokenizer, chars_per_token: float):
+        if not chars_per_token or chars_per_token <= 0:
+            raise OuroborosError(f"sim.prompt_tokens=ratio needs sim.chars_per_token > 0, got {chars_per_token}")
+        self.surrogate, self.chars_per_token = surrogate, float(chars_per_token)
+        self.vocab_size = surrogate.vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        ids = self.surrogate.encode(text)
+        n = max(1, round(len(text) / self.chars_per_token)) if ids else 0
+        return [ids[i * len(ids) // n] for i in range(n)]
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": self.encode(text)}
+
+    def decode(self, ids: list[int], **kw: Any) -> str:
+        return self.surrogate.decode(ids)
+
+
+def fetched_tokenizer_dir(model: dict[str, Any]) -> Path:
+    """The tokenizer directory of a fetched pair's target (conf/model/qwen_coder.yaml: kind qwen-coder); never
+    downloads: a pair not fetched yet is an error naming the command."""
+    from ouroboros.fetch import PAIRS, converted_dir, default_cache_dir
+
+    kind = str(model.get("kind"))
+    if kind not in PAIRS:
+        raise OuroborosError(f"sim.prompt_tokens=tokenizer: model {model.get('name') or kind!r} has no fetched "
+                             "tokenizer; set sim.tokenizer=<dir> or use sim.prompt_tokens=ratio sim.chars_per_token=X")
+    cache = Path(model["cache_dir"]) if model.get("cache_dir") else default_cache_dir()
+    path = converted_dir(cache, PAIRS[kind][0], "bfloat16")
+    if not (path / "tokenizer_config.json").is_file():
+        raise OuroborosError(f"sim.prompt_tokens=tokenizer: no tokenizer in {path}; run `python -m ouroboros.fetch "
+                             f"{kind}` first (or set sim.tokenizer=<dir>)")
+    return path
+
+
+def prompt_tokenizer(opts: dict[str, Any], model: dict[str, Any], surrogate: PieceTokenizer) -> Any:
+    """The tokenizer the simulated pair hands to the dataset loaders, per sim.prompt_tokens."""
+    mode = opts["prompt_tokens"]
+    if mode not in MODES:
+        raise OuroborosError(f"sim.prompt_tokens must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "surrogate":
+        return surrogate
+    if mode == "ratio":
+        return RatioTokenizer(surrogate, opts["chars_per_token"])
+    path = Path(opts["tokenizer"]) if opts["tokenizer"] else fetched_tokenizer_dir(model)
+    if not path.is_dir():
+        raise OuroborosError(f"sim.tokenizer {str(path)!r} is not a directory")
+    from transformers import AutoTokenizer
+
+    return RealCountTokenizer(surrogate, AutoTokenizer.from_pretrained(str(path)))
+
+
+def measure_chars_per_token(texts: list[str], tokenizer: Any) -> float:
+    """Characters per token of `tokenizer` over `texts` (total characters / total tokens)."""
+    chars = sum(len(t) for t in texts)
+    toks = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+    if not toks:
+        raise OuroborosError("no tokens to measure characters per token on")
+    return chars / toks
