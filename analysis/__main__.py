@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from analysis.report import table_rows, to_markdown, write_report
+from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.sinks import read_records
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
+    ap = ArgumentParser(prog="python -m analysis", description=__doc__)
     ap.add_argument("records", help="a records .jsonl file or a folder of them")
     ap.add_argument("--out", default="runs/analysis", help="output folder (default: runs/analysis)")
     ap.add_argument("--format", nargs="+", default=["png", "svg"], choices=["png", "svg", "pdf"])

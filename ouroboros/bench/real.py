@@ -38,6 +38,7 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
+from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import Backend, OuroborosError, cli
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import Prompt, load_prompts
@@ -331,8 +332,8 @@ def write_records(path: str, args: dict, results: list[RunResult], base: RunResu
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ouroboros.bench.real", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(prog="python -m ouroboros.bench.real", description=__doc__.split("\n\n")[0],
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strategies", default="vanilla,speculative,pld")
     ap.add_argument("--peers", default="hf_greedy,hf_assisted,hf_pld", help="'' for none")
     ap.add_argument("--model", nargs="+", default=["qwen-coder"])
