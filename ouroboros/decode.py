@@ -12,23 +12,29 @@ longer (the path is cut and only the kept part is committed); stops when the mod
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.contracts import Backend, DecodeState, OuroborosError, Proposer, Scores, Verifier
 from ouroboros.draft import CANDIDATE, Draft
 from ouroboros.metrics import PromptResult, StepRecord
-from ouroboros.strategies.base import DecodeState, Proposer
 from ouroboros.verify import Verdict, verify_greedy
 
-Verifier = Callable[[Draft, Scores, DecodeState], Verdict]
+
+class GreedyVerifier:
+    """The greedy rule (ouroboros/verify.py): needs the argmaxes only, draws nothing."""
+
+    needs_logits = False
+    samples = False
+
+    def begin(self, key: str) -> None:
+        pass
+
+    def __call__(self, draft: Draft, scores: Scores, state: DecodeState) -> Verdict:
+        return verify_greedy(draft, scores.preds, count_match=state.record)
 
 
-def greedy_verifier(draft: Draft, scores: Scores, state: DecodeState) -> Verdict:
-    return verify_greedy(draft, scores.preds, count_match=state.record)
-
-
-greedy_verifier.needs_logits = False  # type: ignore[attr-defined]
+greedy_verifier = GreedyVerifier()
 
 
 @dataclass
@@ -63,11 +69,11 @@ def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids:
     room = target.max_context - len(target.tokens)
     state = DecodeState(tokens=target.tokens, prompt_len=len(target.tokens) if prompt_len is None else prompt_len,
                         remaining=min(max_new_tokens, room), room=room,
-                        sampler=verifier if hasattr(verifier, "generator") else None, record=record)
+                        sampler=verifier if verifier.samples else None, record=record)
     out: list[int] = []
     steps: list[StepRecord] = []
     stop = "budget" if max_new_tokens <= room else "context"
-    want_logits = getattr(verifier, "needs_logits", True)
+    want_logits = verifier.needs_logits
     soft = max_new_tokens if stop_at is None else stop_at
     while state.remaining > 0 and len(out) < soft:
         f0, k0 = dc.forwards, dc.tokens
@@ -138,9 +144,7 @@ def decode(target: Backend, proposer: Proposer, prompt: Sequence[int], max_new_t
     check_request(target, prompt, max_new_tokens, prompt_id)
     prompt = [int(t) for t in prompt]
     clock = target.clock
-    begin = getattr(verifier, "begin", None)  # sampling verifiers reseed per prompt (reproducible runs)
-    if begin is not None:
-        begin(prompt_id)
+    verifier.begin(prompt_id)  # sampling verifiers reseed per prompt (reproducible runs)
     t_start = clock.now()
     target.prefill(prompt)
     proposer.begin(prompt)

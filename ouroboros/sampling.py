@@ -155,6 +155,7 @@ class SamplingVerifier:
     `begin(key)` reseeds per prompt (the loop calls it), so seeded runs are reproducible."""
 
     needs_logits = True
+    samples = True
 
     def __init__(self, cfg: SamplingConfig):
         if cfg.greedy:

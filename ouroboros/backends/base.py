@@ -1,12 +1,6 @@
-"""The backend protocol every scorer implements (`hf`: real transformers models; `sim`: the simulator).
-
-A backend owns one model's committed sequence and its KV state. Convention: the cache holds every committed
-token but the last one(s) ("pending"); `score(draft)` feeds the pending tokens followed by the draft nodes in
-ONE forward, so its first prediction is the next token after the committed sequence (the tree's root) and
-prediction i + 1 is the next token after draft node i. `commit` keeps the accepted nodes' state, drops the
-rest, and appends the new tokens; `rollback` forgets the last n committed tokens; `append` commits tokens
-without computing them (they become pending). `tree_refusal()` is None when the backend scores any tree
-exactly, else the reason it scores chains only.
+"""What every backend shares beyond the contract: the wall clock and the command-line error convention (`cli`,
+`report_error`). The protocol itself (`Backend`, `Scores`, `Counters`, `Clock`) and `OuroborosError` live in
+`ouroboros/contracts.py` and are re-exported here.
 
 Backends know nothing of strategies, verification rules, budgets or logging.
 """
@@ -17,14 +11,11 @@ import functools
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, ParamSpec, Protocol, runtime_checkable
+from typing import ParamSpec
 
-from ouroboros.draft import Draft
+from ouroboros.contracts import Backend, Clock, Counters, OuroborosError, Scores
 
-
-class OuroborosError(ValueError):
-    """A bad input or configuration. Entry points print its message as one line and exit non-zero."""
+__all__ = ["Backend", "Clock", "Counters", "OuroborosError", "Scores", "WallClock", "cli", "report_error"]
 
 
 _P = ParamSpec("_P")
@@ -50,23 +41,6 @@ def cli(main: Callable[_P, int]) -> Callable[_P, int]:
     return wrapper
 
 
-@dataclass
-class Scores:
-    preds: list[int]            # argmax next token at [root, node 0, ..., node n-1]
-    logits: Any = None          # torch.Tensor [n + 1, V] (or None when the backend cannot / need not give it)
-
-
-@dataclass
-class Counters:
-    forwards: int = 0           # model forwards (prefill excluded)
-    tokens: int = 0             # tokens fed through those forwards (pending + draft nodes)
-    prefill_tokens: int = 0
-
-
-class Clock(Protocol):
-    def now(self) -> float: ...
-
-
 class WallClock:
     """perf_counter, synchronising CUDA first when a CUDA device is in use (so queued kernels are counted)."""
 
@@ -79,26 +53,3 @@ class WallClock:
 
             torch.cuda.synchronize()
         return time.perf_counter()
-
-
-@runtime_checkable
-class Backend(Protocol):
-    @property
-    def vocab_size(self) -> int: ...
-    @property
-    def max_context(self) -> int: ...
-    @property
-    def tokens(self) -> list[int]: ...          # committed sequence (prompt + generated)
-    @property
-    def cache_len(self) -> int: ...             # committed tokens whose state is cached; the rest are pending
-    @property
-    def counters(self) -> Counters: ...
-    @property
-    def clock(self) -> Clock: ...
-
-    def tree_refusal(self) -> str | None: ...    # None, or why this model cannot score a token tree
-    def prefill(self, prompt: list[int]) -> None: ...
-    def score(self, draft: Draft, want_logits: bool = False) -> Scores: ...
-    def commit(self, path: list[int], new_tokens: list[int]) -> None: ...
-    def rollback(self, n: int) -> None: ...
-    def append(self, tokens: list[int]) -> None: ...

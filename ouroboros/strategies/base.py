@@ -1,4 +1,5 @@
-"""The proposer protocol: what a strategy is. Two working methods (propose, observe) plus lifecycle.
+"""What a strategy is: the `Proposer` protocol (defined in ouroboros/contracts.py, re-exported here). Two working
+methods (propose, observe) plus lifecycle:
 
 - `begin(prompt)`: a new prompt starts (prefill the proposer's own model, index the prompt, ...).
 - `propose(state) -> Draft`: the token tree for this step; may be empty (vanilla). Its depth should not
@@ -13,40 +14,12 @@ A proposer knows nothing of the loop's bookkeeping, sinks or configs other than 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from ouroboros.backends.base import Counters, Scores
-from ouroboros.draft import Draft
+from ouroboros.contracts import Counters, DecodeState, Proposer, Scores
 from ouroboros.verify import Verdict
 
-
-@dataclass
-class DecodeState:
-    tokens: list[int]    # committed sequence, prompt + generated (the target backend's list: read only)
-    prompt_len: int
-    remaining: int       # tokens still allowed by max_new_tokens (and the context)
-    room: int            # free positions left in the target's context
-    # The run's sampling verifier (None when greedy). Proposers that draw random drafts take their draws from
-    # its stream (`sampler.generator(device)`), so draft and verification randomness come from one seeded run.
-    sampler: Any = None
-    # False in an inner drafting loop that keeps no step records: verification may skip #Match (n_match = -1).
-    record: bool = True
-
-    def max_depth(self) -> int:
-        """Deepest useful draft: the bonus token needs one more slot, the context must hold the tree."""
-        return max(0, min(self.remaining - 1, self.room - 1))
-
-
-class Proposer(Protocol):
-    counters: Counters
-    needs_draft_model: bool          # the registry hands it the draft backend
-    tree_models: tuple[str, ...]     # which backends ("target", "draft") it may give a token tree to score
-
-    def begin(self, prompt: list[int]) -> None: ...
-    def propose(self, state: DecodeState) -> Draft: ...
-    def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None: ...
-    def stats(self) -> dict[str, float]: ...
+__all__ = ["ChecksFiles", "DecodeState", "ModelFreeProposer", "Proposer"]
 
 
 @runtime_checkable

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
 from ouroboros.strategies.base import DecodeState, Proposer
 from ouroboros.strategies.pld import PLDConfig, PLDProposer, lookup_continuation
@@ -69,7 +70,6 @@ class CascadeProposer:
         self._inner.begin(prompt)
 
     def propose(self, state: DecodeState) -> Draft:
-        from ouroboros.decode import run_steps  # the inner loop (import here: decode imports strategies.base)
 
         cfg, st = self.cfg, self._stats
         gamma = min(cfg.gamma, state.max_depth(), self.draft.max_context - len(self.draft.tokens))

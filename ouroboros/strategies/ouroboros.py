@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
 from ouroboros.paths import check_writable
 from ouroboros.phrase_pool import Phrase, PhrasePool, read_pool
@@ -166,7 +167,6 @@ class OuroborosProposer:
         self._inner.begin(prompt)
 
     def propose(self, state: DecodeState) -> Draft:
-        from ouroboros.decode import run_steps  # the inner loop (import here: decode imports strategies.base)
 
         cfg = self.cfg
         cap = min(cfg.gamma + (cfg.N - 2 if cfg.trunk_overshoot and cfg.phrase_drafting else 0), state.max_depth(),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
 from ouroboros.strategies.base import DecodeState
 from ouroboros.strategies.vanilla import VanillaProposer
@@ -36,6 +37,7 @@ class _DraftSampler:
     stream when there is one (`outer`), else from its own seeded stream (greedy runs)."""
 
     needs_logits = True
+    samples = False  # its inner proposer (vanilla) draws nothing of its own
 
     def __init__(self, cfg):
         from ouroboros.sampling import SamplingVerifier
@@ -125,7 +127,6 @@ class SpeculativeProposer:
             self._sampler.begin(",".join(map(str, prompt)))
 
     def propose(self, state: DecodeState) -> Draft:
-        from ouroboros.decode import run_steps  # the inner loop (import here: decode imports strategies.base)
 
         gamma = min(self._n, state.max_depth(), self.draft.max_context - len(self.draft.tokens))
         if gamma <= 0:
