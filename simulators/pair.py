@@ -127,7 +127,8 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
               seed: int = 0) -> SimPair:
     opts = sim_options(sim)
     prof = PairProfile.from_model_cfg(model)
-    if opts["pair"] is not None and opts["pair"] != prof.name:
+    names = {prof.name, str(model.get("kind"))}
+    if opts["pair"] is not None and opts["pair"] not in names | {n.replace("-", "_") for n in names}:
         own = ", ".join(sorted((model.get("sim_profiles") or {}).values())) or "none"
         raise OuroborosError(f"sim profile was fitted for pair {opts['pair']!r}, not for model {prof.name!r} (its "
                              f"profiles: {own}); set sim.pair=null to force it")

@@ -430,7 +430,7 @@ def closed_form(new_tokens: int, out=print) -> None:
 @cli
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simulators.validate", description=__doc__.splitlines()[0])
-    ap.add_argument("check", choices=["paper", "sensitivity", "closed-form", "copy-rate"])
+    ap.add_argument("check", choices=["paper", "sensitivity", "closed-form", "copy-rate", "decisions"])
     ap.add_argument("--prompts", type=int, default=16, help="surrogate prompts per task (paper)")
     ap.add_argument("--tokens", type=int, default=200_000, help="tokens per point (closed-form)")
     ap.add_argument("--seed", type=int, default=0)
@@ -446,6 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profiles", action="store_true",
                     help="paper: predict from the stored profiles (conf/model/yi34b_6b.yaml's sim_profiles, written by "
                          "`python -m simulators.calibrate paper`) instead of fitting afresh")
+    ap.add_argument("--model", default="qwen_coder", help="decisions: the real pair (conf/model/<name>.yaml)")
+    ap.add_argument("--dataset", default="humaneval", help="decisions: the task the runs were recorded on")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="decisions: the recorded budget")
+    ap.add_argument("--dir", default=None, help="decisions: recorded runs (default <cache>/decisions/<model>-"
+                                                "<dataset>-<max new tokens>)")
+    ap.add_argument("--sim", default=None, help="decisions: the sim profile to check (conf/sim/<name>.yaml)")
+    ap.add_argument("--tokenizer", default=None, help="decisions: the pair's tokenizer dir (default: the fetched one)")
     a = ap.parse_args(argv)
     if a.profiles and (a.sps != "hf" or a.check != "paper"):
         raise OuroborosError("--profiles goes with `paper` and the HF SpS prior (the profiles were fitted with it)")
@@ -454,6 +461,15 @@ def main(argv: list[str] | None = None) -> int:
             raise OuroborosError(f"{flag} must be >= {least}, got {value}")
     if a.check == "paper":
         paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy), profiles=a.profiles)
+    elif a.check == "decisions":
+        from ouroboros.fetch import default_cache_dir
+        from simulators.decisions import validate_main
+        from simulators.sim_profiles import check_profile_name
+
+        if a.sim:
+            check_profile_name(a.sim)
+        root = a.dir or str(default_cache_dir() / "decisions" / f"{a.model}-{a.dataset}-{a.max_new_tokens}")
+        validate_main(root, a.sim, a.model, a.tokenizer)
     elif a.check == "sensitivity":
         sensitivity(a.prompts, a.seed, a.sps)
     elif a.check == "copy-rate":

@@ -1,0 +1,84 @@
+"""`validate decisions` / `calibrate decisions` machinery on a tiny recorded pair (fp32, no download): the real
+side's statistics come from replaying its traces (same outputs), the statistics are the metrics' definitions,
+fit and evaluation prompts never overlap, the fit moves the surrogate toward the real statistics, and the profile
+it writes composes and is refused for another pair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from ouroboros.backends.base import OuroborosError
+from simulators import decisions, realcheck
+from simulators.pair import make_pair
+from simulators.profiles import load_conf
+
+
+def map_id(t: int) -> int:
+    return 1 + t % 4095
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("rec") / "a"
+    realcheck.main(["--model", "kind=tiny", "--dataset", "kind=synthetic", "num_prompts=4", "--limit", "4",
+                    "--strategies", "vanilla,speculative:gamma=3", "--max-new-tokens", "12", "--dtype", "float32",
+                    "--sim-model", "qwen_coder", "--hardware", "h100", "--dir", str(d)])
+    return d.parent
+
+
+def test_real_side_is_the_replayed_recording(recorded):
+    real = decisions.load_real(str(recorded))
+    assert set(real) == {"vanilla", "speculative:gamma=3"}
+    sps = real["speculative:gamma=3"]
+    assert len(sps.results) == 4 and all(r.new_tokens == 12 for r in sps.results)
+    st = decisions.stats(sps.results)
+    steps = sum(len(r.steps) for r in sps.results)
+    assert st["eta"] == pytest.approx(48 / steps)
+    assert st["match"] >= st["A"] and st["eta"] == pytest.approx(1 + st["A"])
+    assert st["c"] == pytest.approx(1.0, abs=0.35)  # greedy SpS: one token per draft forward (+ pending feeds)
+    assert decisions.stats(real["vanilla"].results)["eta"] == 1.0
+
+
+def test_fit_and_evaluation_prompts_never_overlap():
+    for n in (2, 5, 10):
+        fit, ev = decisions.split(n)
+        assert not set(fit) & set(ev) and sorted(fit + ev) == list(range(n)) and ev
+
+
+def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
+    real = decisions.load_real(str(recorded))
+    before = decisions.compare(real, {}, map_id, "fit")
+    opts = decisions.fit_profile(real, map_id, out=lambda *_: None)
+    after = decisions.compare(real, opts, map_id, "fit")
+
+    def err(rows):
+        row = next(r for r in rows if r["run"] == "speculative:gamma=3")
+        return abs(row["sim"]["eta"] / row["real"]["eta"] - 1)
+
+    assert err(after) < err(before)
+    sc = decisions.score(after)
+    assert 0 <= sc["ok"] <= sc["all"] and len(sc["misses"]) == sc["all"] - sc["ok"]
+    text = decisions.table(after)
+    assert "speculative:gamma=3 [2 prompts, real/sim]: eta" in text
+
+
+def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch):
+    monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: map_id)
+    a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
+                        tokenizer=None, out_dir=str(tmp_path))
+    assert decisions.calibrate_main(a) == 0
+    prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
+    assert prof["pair"] == "qwen_coder" and prof["fit"]["inputs"]["prompts"] == 4
+    assert 0 <= prof["alpha_easy"] <= 1
+    prof.pop("defaults")
+    with pytest.raises(OuroborosError, match="fitted for pair 'qwen_coder', not for model 'yi34b_6b'"):
+        make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), prof)
+
+
+def test_no_recording_is_one_line(tmp_path):
+    with pytest.raises(OuroborosError, match="no recorded runs under"):
+        decisions.load_real(str(tmp_path))
