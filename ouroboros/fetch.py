@@ -313,6 +313,9 @@ def ensure_model(key: str, cache_dir: str | Path | None = None, dtype: str = "bf
         if not keep_files:
             gguf_path.unlink(missing_ok=True)
             shutil.rmtree(cache / "downloads" / key, ignore_errors=True)
+            for folder in (gguf_dir, cache / "downloads"):   # emptied: no empty folders left behind
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
         say(f"{key}: ready in {out} ({time.perf_counter() - t0:.0f} s)")
     return out
 

