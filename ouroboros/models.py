@@ -80,11 +80,22 @@ def load_tiny_pair(family: str = "llama", seed: int = 0, draft_noise: float = 0.
                         heads=max(1, hidden_size // 64), kv_heads=max(1, hidden_size // 128))
     draft = perturbed(target, draft_noise, seed=seed + 1)
     if draft_layers < layers:
-        draft.model.layers = draft.model.layers[:draft_layers]
-        draft.config.num_hidden_layers = draft_layers
-        if getattr(draft.config, "layer_types", None):
-            draft.config.layer_types = draft.config.layer_types[:draft_layers]
+        keep_layers(draft, draft_layers)
     return LoadedPair(target.to(device), draft.to(device), None, ())
+
+
+def keep_layers(model, n: int) -> None:
+    """Keep the first `n` decoder layers of a stock causal LM (the ModuleList holding num_hidden_layers blocks,
+    whatever the family calls it) and the config fields that list layers."""
+    import torch
+
+    total = model.config.num_hidden_layers
+    owner, name = next((mod, attr) for mod in model.base_model.modules() for attr, child in mod.named_children()
+                       if isinstance(child, torch.nn.ModuleList) and len(child) == total)
+    setattr(owner, name, getattr(owner, name)[:n])
+    model.config.num_hidden_layers = n
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = model.config.layer_types[:n]
 
 
 # ---------------------------------------------------------------------------------------------- real models

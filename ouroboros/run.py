@@ -40,6 +40,7 @@ from ouroboros.datasets import Prompt, fit_context, load_prompts
 from ouroboros.harness import StrategyRun, run_strategy
 from ouroboros.metrics import PromptResult, RunResult, speedup, step_dict
 from ouroboros.sinks import SCHEMA_VERSION, RecordFile, WandbMirror, summary_line
+from ouroboros.strategies import check_trees, get_spec
 
 
 # ----------------------------------------------------------------------------------------------- sessions
@@ -243,6 +244,15 @@ class Executor:
             self._sessions[key] = open_session(run)
         return self._sessions[key]
 
+    def check(self, points: list[Point]) -> None:
+        """Before anything is measured: load each unfinished point's models and refuse a strategy that would give
+        a token tree to a model that scores chains only (one line naming the model type and the reason)."""
+        for p in points:
+            if self._done(p.id) is None:
+                sess = self.session(p.run)
+                name = p.run.strategy.name
+                check_trees(name, sess.target, sess.draft if get_spec(name).needs_draft_model else None)
+
     def _done(self, pid: str) -> dict | None:
         return self.records.index().get(pid) if (self.resume and self.records is not None) else None
 
@@ -321,6 +331,7 @@ def run_one(run: RunConfig) -> list[dict]:
     ex = make_executor(run, resume=False, sweep="run")
     point = Point(run, label_of(run))
     recs = []
+    ex.check([point])
     with counted(ex):
         if run.baseline and run.baseline != run.strategy.name:
             recs.append(ex.run_point(point.baseline_point())[0])

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from ouroboros.contracts import OuroborosError
+
 # family -> fields of its tiny config beyond the common ones ({window} is replaced by the window length)
 _EXTRA: dict[str, dict[str, Any]] = {
     "llama": {},
@@ -53,7 +55,7 @@ def tiny_config(family: str = "llama", vocab_size: int = 96, hidden_size: int = 
     from transformers import AutoConfig
 
     if family not in _EXTRA:
-        raise ValueError(f"unknown tiny family {family!r}; known: {', '.join(FAMILIES)}")
+        raise OuroborosError(f"unknown tiny family {family!r}; known: {', '.join(FAMILIES)}")
     common: dict[str, Any] = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
                                   num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                                   max_position_embeddings=max_positions, tie_word_embeddings=False, bos_token_id=0,

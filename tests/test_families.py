@@ -6,6 +6,7 @@ stock attention cannot take a tree, the tree strategies are refused up front wit
 """
 
 import functools
+import json
 
 import pytest
 import torch
@@ -99,3 +100,20 @@ def test_refused_tree_is_never_scored():
         target.score(tree)
     chain = target.score(Draft.chain([1, 2]))  # chains still work after the refusal
     assert len(chain.preds) == 3
+
+
+def test_cli_refuses_trees_before_measuring(tmp_path):
+    """`ouroboros.run` on a model that scores chains only: a tree strategy is one error line, exit 2, and no
+    record (not even the baseline's); a chain strategy runs and is identical to vanilla."""
+    from cli_helper import run_module
+
+    out = tmp_path / "r.jsonl"
+    common = ["model=tiny", "model.family=bloom", "model.hidden_size=64", "model.vocab_size=128",
+              "dataset.num_prompts=2", "max_new_tokens=6", f"out={out}", "logger=quiet"]
+    res = run_module("ouroboros.run", *common, "strategy=lookahead", tmp=tmp_path)
+    assert res.code == 2 and res.err.strip().startswith("error: strategy 'lookahead' scores token trees")
+    assert "bloom" in res.err and len(res.err.strip().splitlines()) == 1 and not out.exists()
+    res = run_module("ouroboros.run", *common, "strategy=speculative", tmp=tmp_path)
+    assert res.code == 0, res.err
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["strategy"] for r in recs] == ["vanilla", "speculative"] and recs[1]["identical_to_baseline"]
