@@ -111,7 +111,7 @@ def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-def _need(obj: dict, key: str, where: str, kind: type | tuple[type, ...]) -> Any:
+def need_field(obj: dict, key: str, where: str, kind: type | tuple[type, ...]) -> Any:
     if key not in obj:
         raise OuroborosError(f"{where}: missing field {key!r}")
     if not isinstance(obj[key], kind):
@@ -125,7 +125,7 @@ def humaneval_records(path: str | None = None) -> list[Record]:
     out = []
     for n, obj in read_jsonl(src):
         where = f"{src.name}:{n}"
-        out.append(Record(str(_need(obj, "task_id", where, str)), [_need(obj, "prompt", where, str)], [],
+        out.append(Record(str(need_field(obj, "task_id", where, str)), [need_field(obj, "prompt", where, str)], [],
                           "humaneval", DEFAULT_MAX_NEW_TOKENS["humaneval"]))
     return out
 
@@ -137,11 +137,11 @@ def read_answers(path: str) -> dict[str, str]:
     p = Path(path)
     for n, obj in read_jsonl(p):
         where = f"{p.name}:{n}"
-        qid = str(_need(obj, "question_id", where, (int, str)))
+        qid = str(need_field(obj, "question_id", where, (int, str)))
         if "answer" in obj:
-            out[qid] = _need(obj, "answer", where, str)
+            out[qid] = need_field(obj, "answer", where, str)
         else:
-            turns = _need(obj, "choices", where, list)[0].get("turns") if obj.get("choices") else None
+            turns = need_field(obj, "choices", where, list)[0].get("turns") if obj.get("choices") else None
             if not turns or not isinstance(turns[0], str):
                 raise OuroborosError(f"{where}: needs 'answer' or 'choices': [{{'turns': [...]}}]")
             out[qid] = turns[0]
@@ -160,9 +160,9 @@ def question_records(path: Path, turn: int, answers: str | None, categories: lis
     out = []
     for n, obj in read_jsonl(path):
         where = f"{path.name}:{n}"
-        qid = str(_need(obj, "question_id", where, (int, str)))
+        qid = str(need_field(obj, "question_id", where, (int, str)))
         cat = str(obj.get("category", ""))
-        turns = _need(obj, "turns", where, list)
+        turns = need_field(obj, "turns", where, list)
         if not turns or not all(isinstance(t, str) for t in turns):
             raise OuroborosError(f"{where}: 'turns' must be a non-empty list of strings")
         if categories and cat not in categories:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ouroboros.backends.base import OuroborosError
-from ouroboros.datasets import _need, packaged_file, read_answers, read_jsonl
+from ouroboros.datasets import need_field, packaged_file, read_answers, read_jsonl
 from simulators.pair import SIM_DEFAULTS
 from simulators.surrogate import NGramLM, PieceTokenizer, load_corpus
 
@@ -57,7 +57,7 @@ def real_texts(source: str) -> list[tuple[str, str]]:
         out = []
         for n, obj in read_jsonl(path):
             where = f"{path.name}:{n}"
-            out.append((_need(obj, "prompt", where, str), _need(obj, "canonical_solution", where, str)))
+            out.append((need_field(obj, "prompt", where, str), need_field(obj, "canonical_solution", where, str)))
         return out
     if source == "mtbench":
         base = "instructlab/eval/data/mt_bench/"
@@ -71,7 +71,7 @@ def real_texts(source: str) -> list[tuple[str, str]]:
     if not path.is_file():
         raise OuroborosError(f"unknown copy-rate source {source!r}: humaneval, mtbench or a JSONL file of "
                              "{prompt, completion} lines")
-    return [(_need(o, "prompt", f"{path.name}:{n}", str), _need(o, "completion", f"{path.name}:{n}", str))
+    return [(need_field(o, "prompt", f"{path.name}:{n}", str), need_field(o, "completion", f"{path.name}:{n}", str))
             for n, o in read_jsonl(path)]
 
 

@@ -5,7 +5,7 @@ merged into a count trie and the num_nodes most frequent nodes become the draft 
 The datastore comes from a file built by `python -m ouroboros.rest_datastore` (`datastore: path`) or, for
 tests and toy runs, from token ids given inline (`corpus: [...]`, one document).
 
-This module knows nothing of models; retrieval lives in `ouroboros/rest_datastore.py`.
+This module knows nothing of models; retrieval lives in `ouroboros/datastore.py`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import functools
 from dataclasses import dataclass, field
 
 from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.datastore import Datastore, continuation_tree
 from ouroboros.draft import CANDIDATE, Draft
-from ouroboros.rest_datastore import Datastore, continuation_tree
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 from ouroboros.verify import Verdict
 
