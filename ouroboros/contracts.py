@@ -88,8 +88,8 @@ class DecodeState:
 class Proposer(Protocol):
     """A strategy. `begin(prompt)`: a new prompt starts; `propose(state) -> Draft`: this step's token tree (may
     be empty; no deeper than `state.max_depth()`); `observe(verdict, scores, state)`: what the target decided;
-    `stats()`: cumulative strategy-specific counters for this prompt; `counters`: forwards / tokens of the
-    proposer's own model(s)."""
+    `stats()`: cumulative strategy-specific counters for this prompt; `checkpoint()`: save what must outlive the
+    run (Ouroboros' pool_save); `counters`: forwards / tokens of the proposer's own model(s)."""
 
     counters: Counters
     needs_draft_model: bool          # the registry hands it the draft backend
@@ -98,7 +98,8 @@ class Proposer(Protocol):
     def begin(self, prompt: list[int]) -> None: ...
     def propose(self, state: DecodeState) -> Draft: ...
     def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None: ...
-    def stats(self) -> dict[str, float]: ...
+    def stats(self) -> dict[str, float]: ...  # flat per-prompt counters (strategies/stats.py); no side effects
+    def checkpoint(self) -> None: ...          # persist what must outlive the run; the harness calls it per prompt
 
 
 class Verifier(Protocol):

@@ -55,5 +55,6 @@ def run_strategy(run: StrategyRun, target: Backend, draft: Backend | None, promp
     for pid, prompt, budget in tqdm(list(zip(ids, prompts, budgets, strict=True)), desc=run.display,
                                     disable=not progress, leave=False):
         res = decode(target, proposer, prompt, budget, eos_ids, verifier=verifier, prompt_id=pid)
+        proposer.checkpoint()
         results.append(res)
     return RunResult(strategy=run.display, prompts=results)

@@ -1,6 +1,7 @@
 """Ouroboros: all mechanisms off == speculative step by step; golden harvest kernels; each mechanism does
 what it claims; losslessness with pre-filled pools across prompts (history); pool save/load."""
 
+import os
 import random
 
 import pytest
@@ -130,7 +131,9 @@ def test_pool_save_and_load(tmp_path):
     params = {"gamma": 3, "W": 3, "N": 4, "G": 3, "K": 2, "pool_save": path}
     prop, _ = run(params, [REPETITIVE], noise=0.0)
     saved = len(prop.pool)
-    assert saved > 0
+    assert saved > 0 and not os.path.exists(path)  # stats() has no side effects: the pool is saved by checkpoint()
+    prop.checkpoint()
+    assert os.path.exists(path)
     prop2, res = run({"gamma": 3, "W": 3, "N": 4, "G": 3, "K": 2, "pool_load": path}, [REPETITIVE], noise=0.0)
     assert res[0].proposer_stats.get("lengthen.proposed:pool:history", 0) + \
         res[0].proposer_stats.get("draft.proposed:pool:history", 0) > 0

@@ -265,7 +265,13 @@ def make_runner(s: RunSpec, pair: LoadedPair, target: Backend, draft: Backend | 
                                               sampling)
     proposer = build_proposer(s.name, s.params, target, draft if get_spec(s.name).needs_draft_model else None)
     verifier = verifier_for(sampling)
-    return lambda p, b, pid: decode(target, proposer, p, b, pair.eos_ids, verifier=verifier, prompt_id=pid)
+
+    def one(p, b, pid):
+        res = decode(target, proposer, p, b, pair.eos_ids, verifier=verifier, prompt_id=pid)
+        proposer.checkpoint()
+        return res
+
+    return one
 
 
 def run_all(pair: LoadedPair, prompts: list[Prompt], specs: list[RunSpec], default_budget: int, warmup: bool,

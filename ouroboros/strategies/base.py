@@ -46,3 +46,6 @@ class ModelFreeProposer:
 
     def stats(self) -> dict[str, float]:
         return {}
+
+    def checkpoint(self) -> None:
+        pass

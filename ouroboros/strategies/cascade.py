@@ -27,6 +27,7 @@ from ouroboros.draft import Draft
 from ouroboros.strategies.base import DecodeState, Proposer
 from ouroboros.strategies.pld import PLDConfig, PLDProposer, lookup_continuation
 from ouroboros.strategies.speculative import check_pair
+from ouroboros.strategies.stats import Drafting, Horizontal, prefixed
 from ouroboros.strategies.vanilla import VanillaProposer
 from ouroboros.verify import Verdict
 
@@ -61,32 +62,31 @@ class CascadeProposer:
         self._inner: Proposer = (PLDProposer(PLDConfig(cfg.max_ngram, cfg.min_ngram, cfg.num_pred_tokens, "last"))
                                  if cfg.vertical == "pld" else VanillaProposer())
         self._drafted = 0
-        self._stats: dict[str, float] = {}
+        self._drafting, self._horizontal = Drafting(), Horizontal()
 
     def begin(self, prompt: list[int]) -> None:
-        self._stats = {"draft_forwards": 0, "drafted_tokens": 0, "horizontal_proposed": 0,
-                       "horizontal_accepted": 0, "horizontal_hits": 0}
+        self._drafting, self._horizontal = Drafting(), Horizontal()
         self.draft.prefill(prompt)
         self._inner.begin(prompt)
 
     def propose(self, state: DecodeState) -> Draft:
 
-        cfg, st = self.cfg, self._stats
+        cfg = self.cfg
         gamma = min(cfg.gamma, state.max_depth(), self.draft.max_context - len(self.draft.tokens))
         if gamma <= 0:
             self._drafted = 0
             return Draft()
         f0 = self.draft.counters.forwards
         trunk = run_steps(self.draft, self._inner, gamma, record=False).output
-        st["draft_forwards"] += self.draft.counters.forwards - f0
-        st["drafted_tokens"] += len(trunk)
+        self._drafting.draft_forwards += self.draft.counters.forwards - f0
+        self._drafting.drafted_tokens += len(trunk)
         self._drafted = len(trunk)
         h = min(cfg.horizontal, state.max_depth() - len(trunk))
         if h > 0:
             ctx = np.asarray(state.tokens + trunk, dtype=np.int64)
             more = lookup_continuation(ctx, cfg.max_ngram, cfg.min_ngram, h, "last")
-            st["horizontal_hits"] += bool(more)
-            st["horizontal_proposed"] += len(more)
+            self._horizontal.hits += bool(more)
+            self._horizontal.proposed += len(more)
             trunk = trunk + more
         tree = Draft.chain(trunk, source="draft")
         tree.sources[self._drafted:] = ["prompt"] * (len(trunk) - self._drafted)
@@ -97,10 +97,10 @@ class CascadeProposer:
         kept = min(m, t)
         self.draft.rollback(t - kept)
         self.draft.append(verdict.tokens[kept:])
-        self._stats["horizontal_accepted"] += max(0, m - t)
+        self._horizontal.accepted += max(0, m - t)
 
     def stats(self) -> dict[str, float]:
-        out = dict(self._stats)
-        for k, v in self._inner.stats().items():
-            out["vertical." + k] = v
-        return out
+        return {**self._drafting.flat(), **self._horizontal.flat(), **prefixed("vertical.", self._inner.stats())}
+
+    def checkpoint(self) -> None:
+        pass

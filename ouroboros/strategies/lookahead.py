@@ -21,13 +21,13 @@ This module knows nothing of the loop's bookkeeping or of models beyond the pred
 from __future__ import annotations
 
 import random
-from collections import Counter
 from dataclasses import dataclass
 
 from ouroboros.backends.base import Counters, OuroborosError, Scores
 from ouroboros.draft import PROBE, Draft
 from ouroboros.phrase_pool import Phrase, PhrasePool
 from ouroboros.strategies.base import DecodeState
+from ouroboros.strategies.stats import Harvest, PoolUse, pool_size
 from ouroboros.verify import Verdict
 
 
@@ -174,11 +174,11 @@ class LookaheadProposer:
         self._phrases: list[Phrase] = []
         self._probe_nodes: list[list[int]] | None = None
         self._key = 0
-        self._stats: Counter[str] = Counter()
+        self._use, self._harvest, self._probes = PoolUse(), Harvest(), 0
         self._output = OutputIndexer(cfg.N - 1) if cfg.output_phrases else None
 
     def begin(self, prompt: list[int]) -> None:
-        self._stats = Counter()
+        self._use, self._harvest, self._probes = PoolUse(), Harvest(), 0
         if self.owns_pool:
             self.pool.clear()
         if self.cfg.prompt_phrases and self.owns_pool:
@@ -188,19 +188,18 @@ class LookaheadProposer:
         self.window.reset(prompt, random.Random(self.cfg.seed))
 
     def propose(self, state: DecodeState) -> Draft:
-        cfg, st = self.cfg, self._stats
+        cfg, use = self.cfg, self._use
         draft = Draft()
         depth = min(state.max_depth(), cfg.N - 1)
         self._phrases, self._phrase_nodes = [], []
         if depth > 0 and cfg.G > 0:
             self._key = state.tokens[-1]
             self._phrases = self.pool.lookup(self._key, cfg.G)
-            st["lookups"] += 1
+            use.lookups += 1
             if self._phrases:
-                st["hits"] += 1
+                use.hits += 1
                 self._phrase_nodes = hang_phrases(draft, self._phrases, -1, depth)
-                for s, c in Counter(draft.sources).items():
-                    st["proposed:" + s] += c
+                use.proposed.update(draft.sources)
         if not draft.tokens:
             draft.trunk_len = 0  # probes never form a trunk
         self._probe_nodes = None
@@ -208,29 +207,28 @@ class LookaheadProposer:
             n_cand, trunk = len(draft), draft.trunk_len
             self._probe_nodes = self.window.add_probes(draft)
             draft.trunk_len = trunk
-            st["probes"] += len(draft) - n_cand
+            self._probes += len(draft) - n_cand
         self._draft = draft
         return draft
 
     def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None:
-        st = self._stats
+        added = self._harvest.added
         if self._probe_nodes is not None:
-            st["harvested:lookahead"] += self.window.update(verdict.preds, self._probe_nodes, self.pool, "lookahead")
+            added["lookahead"] += self.window.update(verdict.preds, self._probe_nodes, self.pool, "lookahead")
         if self._output is not None:
-            st["harvested:output"] += self._output.update(state.tokens, self.pool)
+            added["output"] += self._output.update(state.tokens, self.pool)
         path = verdict.path
         if path:
             srcs = self._draft.sources
-            for i in path:
-                st["accepted:" + srcs[i]] += 1
+            self._use.accepted.update(srcs[i] for i in path)
             last = path[-1]
             for ph, nodes in zip(self._phrases, self._phrase_nodes, strict=True):
                 if last in nodes:
                     self.pool.touch(self._key, ph.tokens)  # refresh-on-reuse
 
     def stats(self) -> dict[str, float]:
-        out: dict[str, float] = dict(self._stats)
-        if self.owns_pool:
-            out["pool_phrases"] = len(self.pool)
-            out["pool_bytes"] = self.pool.n_bytes
-        return out
+        out = {**self._use.flat(), "probes": self._probes, **self._harvest.flat()}
+        return {**out, **pool_size(self.pool)} if self.owns_pool else out
+
+    def checkpoint(self) -> None:
+        pass

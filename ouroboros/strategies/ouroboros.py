@@ -28,7 +28,6 @@ This module knows nothing of the loop's bookkeeping; it drives its inner loop an
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
@@ -45,6 +44,7 @@ from ouroboros.strategies.lookahead import (
     hang_phrases,
 )
 from ouroboros.strategies.speculative import check_pair
+from ouroboros.strategies.stats import Drafting, Harvest, PoolUse, pool_size, prefixed
 from ouroboros.strategies.vanilla import VanillaProposer
 from ouroboros.verify import Verdict
 
@@ -149,12 +149,12 @@ class OuroborosProposer:
         self._key = 0
         self._phrases: list[Phrase] = []
         self._branches: list[list[int]] = []
-        self._stats: Counter[str] = Counter()
+        self._drafting, self._lengthen, self._harvested = Drafting(), PoolUse(), Harvest()
         self._output = OutputIndexer(cfg.N - 1) if cfg.output_phrases else None
 
     def begin(self, prompt: list[int]) -> None:
         cfg = self.cfg
-        self._stats = Counter()
+        self._drafting, self._lengthen, self._harvested = Drafting(), PoolUse(), Harvest()
         if cfg.history:
             self.pool.new_epoch()
         else:
@@ -177,23 +177,21 @@ class OuroborosProposer:
             self._drafted = 0
             self._tree = Draft()
             return self._tree
-        st = self._stats
         f0 = self.draft.counters.forwards
         trunk = run_steps(self.draft, self._inner, cap, record=False, stop_at=gamma).output
-        st["draft_forwards"] += self.draft.counters.forwards - f0
-        st["drafted_tokens"] += len(trunk)  # c (tokens per draft forward) = drafted_tokens / draft_forwards
+        self._drafting.draft_forwards += self.draft.counters.forwards - f0
+        self._drafting.drafted_tokens += len(trunk)  # c (tokens per draft forward) = drafted / forwards
         self._drafted = len(trunk)
         tree = Draft.chain(trunk, source="draft")
         room = state.max_depth() - len(trunk)
         if cfg.lengthening and cfg.K > 0 and room > 0:
             self._key = trunk[-1]
             self._phrases = self.pool.lookup(self._key, cfg.K)
-            st["lengthen.lookups"] += 1
+            self._lengthen.lookups += 1
             if self._phrases:
-                st["lengthen.hits"] += 1
+                self._lengthen.hits += 1
                 self._branches = hang_phrases(tree, self._phrases, len(trunk) - 1, room)
-                for s in tree.sources[len(trunk):]:
-                    st["lengthen.proposed:" + s] += 1
+                self._lengthen.proposed.update(tree.sources[len(trunk):])
         self._tree = tree
         return tree
 
@@ -204,38 +202,36 @@ class OuroborosProposer:
         self.draft.rollback(t - kept)
         self.draft.append(verdict.tokens[kept:])
         if len(path) > t:
-            srcs, st = self._tree.sources, self._stats
-            for i in path[t:]:
-                st["lengthen.accepted:" + srcs[i]] += 1
+            srcs = self._tree.sources
+            self._lengthen.accepted.update(srcs[i] for i in path[t:])
             for ph, nodes in zip(self._phrases, self._branches, strict=True):
                 if path[-1] in nodes:
                     self.pool.touch(self._key, ph.tokens)  # refresh-on-reuse
         if self.cfg.harvest and t:
             self._harvest(verdict.preds)
         if self._output is not None:
-            self._stats["harvested:output"] += self._output.update(state.tokens, self.pool)
+            self._harvested.added["output"] += self._output.update(state.tokens, self.pool)
 
     def _harvest(self, preds: list[int]) -> None:
-        tree, t, st, pool = self._tree, self._drafted, self._stats, self.pool
+        tree, t, added, pool = self._tree, self._drafted, self._harvested.added, self.pool
         length = self.cfg.N - 1
         trunk = tree.tokens[:t]
         first_miss = next((i for i in range(t) if trunk[i] != preds[i]), t)
         for key, phrase in coherent_runs(trunk, preds, first_miss):
-            st["harvested:verify"] += pool.add(key, phrase[:length], "verify")
+            added["verify"] += pool.add(key, phrase[:length], "verify")
         for ph, nodes in zip(self._phrases, self._branches, strict=True):
             fixed = corrected_branch(tree.tokens, nodes, t - 1, preds)[:length]
             if list(ph.tokens[: len(fixed)]) != fixed:
                 pool.remove(self._key, ph.tokens)
-                st["harvested:corrected"] += pool.add(self._key, fixed, "corrected")
+                added["corrected"] += pool.add(self._key, fixed, "corrected")
 
     def stats(self) -> dict[str, float]:
-        """Cumulative for the current prompt. Called by `decode` once at the end of each prompt, which is when
-        the pool is saved (pool_save) so an interrupted run keeps what it learnt."""
-        out: dict[str, float] = dict(self._stats)
-        for k, v in self._inner.stats().items():
-            out["draft." + k] = v
-        out["pool_phrases"] = len(self.pool)
-        out["pool_bytes"] = self.pool.n_bytes
+        """Cumulative for the current prompt (no side effects)."""
+        return {**self._drafting.flat(), **self._lengthen.flat("lengthen."), **self._harvested.flat(),
+                **prefixed("draft.", self._inner.stats()), **pool_size(self.pool)}
+
+    def checkpoint(self) -> None:
+        """Save the pool (pool_save); the harness calls this after every prompt, so a stopped run keeps what the
+        pool learnt."""
         if self.cfg.pool_save:
             self.pool.save(self.cfg.pool_save, self._meta)
-        return out

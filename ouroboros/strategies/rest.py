@@ -11,12 +11,14 @@ This module knows nothing of models; retrieval lives in `ouroboros/datastore.py`
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ouroboros.backends.base import Backend, OuroborosError
 from ouroboros.datastore import Datastore, continuation_tree
 from ouroboros.draft import CANDIDATE, Draft
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
+from ouroboros.strategies.stats import PoolUse
 from ouroboros.verify import Verdict
 
 
@@ -60,37 +62,36 @@ class RestProposer(ModelFreeProposer):
         if target is not None and self.ds.max_token >= target.vocab_size:
             raise OuroborosError(f"REST datastore holds token {self.ds.max_token}, outside the model's vocabulary "
                                  f"[0, {target.vocab_size}): built with another tokenizer?")
-        self._stats: dict[str, float] = {}
+        self._use = PoolUse()
 
     def begin(self, prompt: list[int]) -> None:
-        self._stats = {"lookups": 0, "hits": 0, "proposed:datastore": 0,
-                       "accepted:datastore": 0}
+        self._use = PoolUse(proposed=Counter(datastore=0), accepted=Counter(datastore=0))
 
     def propose(self, state: DecodeState) -> Draft:
-        c, st = self.cfg, self._stats
+        c, use = self.cfg, self._use
         depth = min(c.depth, state.max_depth())
         if depth <= 0:
             return Draft()
         ctx = state.tokens[-c.max_suffix:]
         conts = self.ds.continuations(ctx, c.max_suffix, c.min_suffix, depth, c.max_occurrences)
-        st["lookups"] += 1
+        use.lookups += 1
         if not conts:
             return Draft()
-        st["hits"] += 1
+        use.hits += 1
         tokens, parents = continuation_tree(conts, c.num_nodes)
         n = len(tokens)
         trunk = 0
         while trunk < n and parents[trunk] == trunk - 1:
             trunk += 1
-        st["proposed:datastore"] += n
+        use.proposed["datastore"] += n
         return Draft(tokens=tokens, parents=parents, kinds=[CANDIDATE] * n, sources=["datastore"] * n,
                      depths=_depths(parents), trunk_len=trunk)
 
     def observe(self, verdict: Verdict, scores, state: DecodeState) -> None:
-        self._stats["accepted:datastore"] += len(verdict.path)
+        self._use.accepted["datastore"] += len(verdict.path)
 
     def stats(self) -> dict[str, float]:
-        return dict(self._stats)
+        return self._use.flat()
 
 
 def _depths(parents: list[int]) -> list[int]:

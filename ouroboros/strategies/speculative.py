@@ -157,3 +157,6 @@ class SpeculativeProposer:
     def stats(self) -> dict[str, float]:
         return {}
 
+    def checkpoint(self) -> None:
+        pass
+
