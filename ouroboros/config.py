@@ -207,6 +207,40 @@ def check_outputs(run: RunConfig) -> None:
         check_writable(os.path.join(run.logger.wandb.dir, "wandb", ".ouroboros-check"), "logger.wandb.dir")
 
 
+# ----------------------------------------------------------------------------------------------- precedence
+# One rule, applied by every entry point: a value typed on the command line (or set by a sweep point) beats every
+# preset and default; where something else must decide, the run says so in one line before it starts
+# (`explicit_notices`). `apply_explicit` is where a typed value would otherwise lose silently:
+# - `max_new_tokens=N` typed: every prompt's budget is N, also on datasets with per-task budgets (HumanEval 512,
+#   ...), unless `dataset.max_new_tokens` is typed too (the dataset's own key wins; a notice says so).
+def override_key(override: str) -> str:
+    """'+strategy.params.K=3' -> 'strategy.params.K'."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def apply_explicit(run: RunConfig, overrides: list[str]) -> RunConfig:
+    keys = {override_key(o) for o in overrides}
+    if "max_new_tokens" in keys and "dataset.max_new_tokens" not in keys and run.dataset.get("kind") != "synthetic":
+        run = dataclasses.replace(run, dataset={**run.dataset, "max_new_tokens": run.max_new_tokens})
+    return run
+
+
+def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
+    """One line per setting that decides the numbers although the command line did not pick it."""
+    keys = {override_key(o) for o in overrides}
+    out = []
+    if {"max_new_tokens", "dataset.max_new_tokens"} <= keys and run.dataset.get("max_new_tokens") != run.max_new_tokens:
+        out.append(f"dataset.max_new_tokens={run.dataset.get('max_new_tokens')} is the budget (the dataset's own "
+                   f"key wins over max_new_tokens={run.max_new_tokens})")
+    if run.backend_kind == "sim" and "hardware" not in keys and run.hardware:
+        hw = run.hardware
+        placement = run.sim.get("placement") or hw.get("placement")
+        devices = run.sim.get("devices") or hw.get("devices")
+        out.append(f"simulating the default hardware={hw.get('name')} ({devices} device(s), placement {placement}); "
+                   "pick one with hardware=<a100|a800x2|h100|h200>")
+    return out
+
+
 def strategy_params(name: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
     """All fields of the strategy's config dataclass (defaults filled in): the canonical params. With no params,
     the field defaults (not validated: rest, for one, has no valid default datastore)."""

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,15 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from ouroboros.backends.base import Backend, OuroborosError, report_error
-from ouroboros.config import RunConfig, point_id, point_key, strategy_params, validate
+from ouroboros.config import (
+    RunConfig,
+    apply_explicit,
+    explicit_notices,
+    point_id,
+    point_key,
+    strategy_params,
+    validate,
+)
 from ouroboros.datasets import Prompt, fit_context, load_prompts
 from ouroboros.harness import StrategyRun, run_strategy
 from ouroboros.metrics import PromptResult, RunResult, speedup, step_dict
@@ -115,7 +123,10 @@ def open_session(run: RunConfig) -> Session:
               f"{', '.join(skipped)}", file=sys.stderr)
     if not prompts:
         raise OuroborosError("the dataset gave no prompts")
-    hardware = dict(run.hardware or {}) if run.backend_kind == "sim" else machine_info()
+    if run.backend_kind == "sim":   # the profile as simulated: sim.placement / sim.devices override its own
+        hardware = {**(run.hardware or {}), **{k: run.sim[k] for k in ("placement", "devices") if run.sim.get(k)}}
+    else:
+        hardware = machine_info()
     return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware, tokenizer)
 
 
@@ -139,11 +150,13 @@ def versions() -> dict[str, str | None]:
 
 
 # ----------------------------------------------------------------------------------------------- records
-def label_of(run: RunConfig) -> str:
-    """Display name: the strategy and the params that differ from its dataclass defaults."""
+def label_of(run: RunConfig, always: Collection[str] = ()) -> str:
+    """Display name: the strategy and the params that differ from its dataclass defaults, plus those in `always`
+    (a sweep's swept params, shown even at their default values)."""
     base = strategy_params(run.strategy.name)
-    diff = {k: v for k, v in strategy_params(run.strategy.name, run.strategy.params).items() if base.get(k) != v}
-    return run.strategy.name + "".join(f" {k}={v}" for k, v in diff.items())
+    shown = {k: v for k, v in strategy_params(run.strategy.name, run.strategy.params).items()
+             if base.get(k) != v or k in always}
+    return run.strategy.name + "".join(f" {k}={v}" for k, v in shown.items())
 
 
 def make_record(run: RunConfig, result: RunResult, session: Session, *, label: str, baseline: RunResult | None,
@@ -160,12 +173,14 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
         if step_records:
             s["steps"] = [step_dict(r) for r in p.steps]
         prompts.append(s)
+    budgets = sorted({p.max_new_tokens or run.max_new_tokens for p in session.prompts})
     same = None
     if baseline is not None:
         n_same = sum(a.output == b.output for a, b in zip(baseline.prompts, result.prompts, strict=True))
         same = f"{n_same}/{len(result.prompts)}"
     return {"schema": SCHEMA_VERSION, "record_id": uuid.uuid4().hex, "point_id": point_id(point_key(run)),
             "baseline_id": baseline_id, "time": time.time(), "sweep": sweep, "label": label,
+            "max_new_tokens": budgets[0] if len(budgets) == 1 else budgets,   # the budget(s) the prompts had
             "strategy": run.strategy.name, "params": point_key(run)["strategy"]["params"],
             "backend": session.backend, "hardware": session.hardware, "versions": versions(),
             "config": dataclasses.asdict(run), "totals": result.totals(),
@@ -188,10 +203,42 @@ def result_from_record(rec: dict) -> RunResult:
                      proposer_stats=dict(p.get("proposer_stats", {}))) for p in rec["prompts"]])
 
 
+def _budget(rec: dict) -> str:
+    b = rec.get("max_new_tokens")
+    if b is None:
+        return "?"
+    return str(b) if isinstance(b, int) else f"{min(b)}-{max(b)} (per prompt)"
+
+
+def _machine(rec: dict) -> str:
+    hw = rec.get("hardware") or {}
+    if rec.get("backend") == "sim":
+        return f"{hw.get('name')} ({hw.get('devices')} device(s), {hw.get('placement')}; modelled clock)"
+    return f"{hw.get('cpu') or hw.get('machine') or 'this machine'} (wall clock)"
+
+
+def settings_lines(records: list[dict]) -> list[str]:
+    """What shapes the table's numbers: budget, hardware and placement, and per strategy the params every one of
+    its points shares (those that differ from the defaults; the labels name the rest)."""
+    def one(fn: Callable[[dict], str]) -> str:
+        vals = list(dict.fromkeys(fn(r) for r in records))
+        return vals[0] if len(vals) == 1 else "varies: " + ", ".join(vals)
+
+    lines = [f"new tokens per prompt: {one(_budget)}; hardware: {one(_machine)}"]
+    for name in dict.fromkeys(r["strategy"] for r in records):
+        recs = [r for r in records if r["strategy"] == name]
+        base = strategy_params(name)
+        shared = {k: v for k, v in recs[0]["params"].items()
+                  if base.get(k) != v and all(r["params"].get(k) == v for r in recs)}
+        if shared:
+            lines.append(f"{name} at every point: " + ", ".join(f"{k}={v}" for k, v in shared.items()))
+    return lines
+
+
 def format_table(records: list[dict]) -> str:
     head = (f"{'point':<44}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'eta':>7}{'A':>7}"
             f"{'#Match':>8}{'same':>9}")
-    lines = [head, "-" * len(head)]
+    lines = [*settings_lines(records), head, "-" * len(head)] if records else [head, "-" * len(head)]
     for r in records:
         t, sp = r["totals"], r.get("speedup")
         lines.append(f"{r['label'][:43]:<44}{t['new_tokens']:>8}{t['elapsed_s']:>10.3f}{t['tokens_per_s']:>10.1f}"
@@ -397,9 +444,21 @@ def entry(fn: Callable[[], Any]) -> Any:
         sys.exit(130)
 
 
+def explicit_run(cfg: DictConfig) -> RunConfig:
+    """The validated run with the command line's explicit values applied (ouroboros.config precedence); prints
+    a one-line note for each setting the command line did not pick but that decides the numbers."""
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = list(HydraConfig.get().overrides.task)
+    run = apply_explicit(validate(cfg), overrides)
+    for note in explicit_notices(run, overrides):
+        print(f"note: {note}", file=sys.stderr)
+    return run
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    entry(lambda: run_one(validate(cfg)))
+    entry(lambda: run_one(explicit_run(cfg)))
 
 
 if __name__ == "__main__":

@@ -30,15 +30,15 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from ouroboros.backends.base import OuroborosError
-from ouroboros.config import RunConfig, SweepConfig, validate
+from ouroboros.config import RunConfig, SweepConfig, apply_explicit, explicit_notices, override_key, validate
 from ouroboros.run import Executor, Point, counted, entry, format_table, label_of, make_executor
 from ouroboros.sinks import RecordFile, summary_line
+from ouroboros.strategies import REGISTRY, field_types
 
 GROUPS = ("model", "strategy", "dataset", "backend", "hardware", "logger", "sweep")
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def expand(sweep: SweepConfig) -> list[tuple[str, list[str]]]:
@@ -57,33 +57,82 @@ def expand(sweep: SweepConfig) -> list[tuple[str, list[str]]]:
     return [(label, ovr + grid) for grid in combos for label, ovr in points]
 
 
-def merge_overrides(base: Iterable[str], point: list[str], choices: dict[str, Any]) -> list[str]:
-    """The command line's overrides, minus those a point replaces, then the point's."""
-    keys = {_key(o) for o in point}
-    reselected = {k for o in point if (k := _key(o)) in GROUPS and o.split("=", 1)[1] != choices.get(k)}
-    kept = [o for o in base if _key(o) not in keys and _key(o).split(".", 1)[0] not in reselected]
-    return kept + point
+def strategy_option_name(option: str) -> str | None:
+    """The strategy a conf/strategy/ option selects ('ouroboros_humaneval' -> 'ouroboros'); None if unknown."""
+    path = CONF / "strategy" / f"{option}.yaml"
+    if not path.is_file():
+        return None
+    conf = OmegaConf.load(path)
+    return str(conf.get("name")) if isinstance(conf, DictConfig) else None
+
+
+def merge_overrides(base: Iterable[str], point: list[str], choices: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(the overrides a point runs with, the command line's overrides it replaced). Precedence (config.py): the
+    point's own keys replace the command line's; a point that re-selects a group drops the command line's
+    overrides under it, except
+    - a typed `strategy=<preset>` of the same strategy as the point's (`strategy=ouroboros_humaneval` at an
+      ablation point's `strategy=ouroboros`): the user's preset stays, the point's params go on top;
+    - typed `strategy.params.*` the point does not set and its strategy has: they stay."""
+    base = list(base)
+    typed = {override_key(o): o.split("=", 1)[1] for o in base if "=" in o}
+    point = list(point)
+    groups = {k: o.split("=", 1)[1] for o in point if (k := override_key(o)) in GROUPS}
+    pick = groups.get("strategy")
+    if pick is not None and "strategy" in typed and typed["strategy"] != pick \
+            and strategy_option_name(typed["strategy"]) == strategy_option_name(pick):
+        point = [o for o in point if override_key(o) != "strategy"]
+        groups.pop("strategy")
+    keys = {override_key(o) for o in point}
+    reselected = {k for k, v in groups.items() if v != choices.get(k)}
+    name = strategy_option_name(groups["strategy"]) if "strategy" in reselected else None
+    fields = set(field_types(name)) if name in REGISTRY else set()
+    kept, replaced = [], []
+    for o in base:
+        k = override_key(o)
+        head = k.split(".", 1)[0]
+        if k in keys:
+            replaced.append(o)
+        elif head in reselected and not (k.startswith("strategy.params.") and k.split(".", 2)[2] in fields):
+            if head == k:   # the typed group option itself (params of another strategy just do not apply)
+                replaced.append(o)
+        else:
+            kept.append(o)
+    return kept + point, replaced
 
 
 def compose_run(overrides: list[str]) -> RunConfig:
-    """Compose the root config with `overrides` (Hydra must be initialised) and validate it."""
+    """Compose the root config with `overrides` (Hydra must be initialised), validate it, apply the precedence."""
     try:
         cfg = hydra.compose(config_name="config", overrides=overrides)
     except Exception as e:  # Hydra's own message, on one line
         msg = " ".join(str(e).split())
         raise OuroborosError(f"cannot compose [{' '.join(overrides)}]: {msg}") from None
-    return validate(cfg)
+    return apply_explicit(validate(cfg), overrides)
 
 
-def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig) -> list[Point]:
-    """Every point of the sweep, validated, with its baseline inserted before its first use."""
+def swept_params(sweep: SweepConfig) -> set[str]:
+    """Strategy params the preset varies (grid or points): every label shows them, even at default values."""
+    ovr = list(sweep.grid) + [o for p in sweep.points for o in p.overrides]
+    return {k.split(".", 2)[2] for o in ovr if (k := override_key(o)).startswith("strategy.params.")}
+
+
+def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
+         notes: list[str] | None = None) -> list[Point]:
+    """Every point of the sweep, validated, with its baseline inserted before its first use. `notes` collects
+    one line per command-line override a point replaced and per setting the command line left to a default."""
     out: list[Point] = []
     seen: set[str] = set()
+    swept = swept_params(sweep)
     for suffix, ovr in expand(sweep):
-        run = compose_run(merge_overrides(base, ovr, choices))
-        extra = " ".join(o for o in ovr if _key(o).split(".", 1)[0] != "strategy")
+        overrides, replaced = merge_overrides(base, ovr, choices)
+        run = compose_run(overrides)
+        if notes is not None:
+            notes += [f"sweep {sweep.name} sets {override_key(o)} at its points: the command line's {o} is not "
+                      "used" for o in replaced]
+            notes += explicit_notices(run, overrides)
+        extra = " ".join(o for o in ovr if override_key(o).split(".", 1)[0] != "strategy")
         tag = f" [{extra}]" if extra and not suffix else ""
-        p = Point(run, (suffix or label_of(run)) + tag)
+        p = Point(run, (suffix or label_of(run, swept)) + tag)
         if p.baseline_id is not None and p.baseline_id not in seen:
             bp = p.baseline_point()
             bp.label += tag
@@ -92,6 +141,8 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig) -> list[P
         if p.id not in seen:
             out.append(p)
             seen.add(p.id)
+    if notes is not None:
+        notes[:] = list(dict.fromkeys(notes))
     return out
 
 
@@ -118,7 +169,10 @@ def sweep_main(cfg: DictConfig) -> list[dict]:
     run = validate(cfg)
     hc = HydraConfig.get()
     choices = dict(hc.runtime.choices)
-    points = plan(list(hc.overrides.task), choices, run.sweep)
+    notes: list[str] = []
+    points = plan(list(hc.overrides.task), choices, run.sweep, notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     ex = make_executor(run, resume=run.sweep.resume, sweep=run.sweep.name)
     ex.on_record = None  # run_points prints the summary line
     with counted(ex):

@@ -22,7 +22,7 @@ from ouroboros.backends.base import OuroborosError
 from ouroboros.config import RunConfig, StrategyConfig, strategy_params, validate
 from ouroboros.metrics import PromptResult, RunResult
 from ouroboros.paths import check_writable
-from ouroboros.run import Executor, Point, counted, entry, format_table, label_of, make_executor
+from ouroboros.run import Executor, Point, counted, entry, explicit_run, format_table, label_of, make_executor
 from ouroboros.strategies import check_type, field_types
 
 
@@ -132,7 +132,7 @@ def write_strategy_yaml(path: str | Path, run: RunConfig, params: dict[str, Any]
 
 
 def tune_main(cfg: DictConfig) -> dict[str, Any]:
-    run = validate(cfg)
+    run = explicit_run(cfg)
     check_tune(run)
     ex = make_executor(run, resume=True, sweep=f"tune-{run.strategy.name}")
     with counted(ex):

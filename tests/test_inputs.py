@@ -16,7 +16,7 @@ from ouroboros.datasets import Prompt, fit_context
 from ouroboros.sinks import RecordFile, read_records
 from ouroboros.strategies import check_type
 
-SIM = ["model=llama70b_7b", "dataset.num_prompts=1", "max_new_tokens=4", "logger=quiet"]
+SIM = ["model=llama70b_7b", "hardware=a800x2", "dataset.num_prompts=1", "max_new_tokens=4", "logger=quiet"]
 OLD = b'{"point_id":"old","label":"kept","totals":{}}\n'
 
 
@@ -117,7 +117,8 @@ def test_bad_input_is_one_line_and_loses_nothing(tmp_path, module, args, needle)
     before = _files(tmp_path)
     argv = [a.format(tmp=tmp_path, out=out) for a in args]
     if module in ("ouroboros.run", "ouroboros.sweep", "ouroboros.tune"):
-        base = [a for a in SIM if not (a.startswith("dataset.") and any(b.startswith("dataset=") for b in argv))]
+        base = [a for a in SIM if not any(a.startswith(g) and b.startswith(g.rstrip(".") + "=") for b in argv
+                                          for g in ("dataset.", "hardware="))]
         argv = [*base, f"out={out}", *argv]
     res = run_module(module, *argv, tmp=tmp_path)
     lines = res.err.strip().splitlines()
