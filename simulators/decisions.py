@@ -40,6 +40,7 @@ from simulators.replay import load_trace, trace_prompts
 
 SPS_KEYS = ("eta", "pos1", "pos2", "pos3", "pos4")
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
+WARMUP_TOKENS = 4                # simulators.realcheck's warm-up decode per run (on its first prompt)
 SIM_HARDWARE = "h100"            # decisions need no clock; any profile the pair fits on
 
 
@@ -64,6 +65,14 @@ def folders(root: str) -> list[str]:
     return out
 
 
+def warm_up(pair, proposer, first_prompt: list[int]) -> None:
+    """What `realcheck` (as `bench.real`) does before its prompts: one WARMUP_TOKENS-token decode of its first
+    prompt with the same proposer; stateful proposers (a pool with history, the hf draft-length schedule) carry
+    its effect, so a replay or a simulated run repeats it."""
+    decode(pair.target, proposer, first_prompt, WARMUP_TOKENS, pair.eos_ids, prompt_id="warmup")
+    proposer.checkpoint()
+
+
 def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
     """Every recorded run under `root`, replayed: the real decisions' statistics, per prompt."""
     runs: dict[str, RealRun] = {}
@@ -81,9 +90,11 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
             name, params = rs[0]["name"], rs[0]["params"]
             proposer = build_proposer(name, params, sim.target, sim.draft if get_spec(name).needs_draft_model else None)
             run = runs.setdefault(label, RealRun(label, name, params, rs[0]["budget"]))
+            warm_up(sim, proposer, by_id[rs[0]["prompt_id"]].ids)
             for r in rs:
                 p = by_id[r["prompt_id"]]
                 res = decode(sim.target, proposer, p.ids, r["budget"], sim.eos_ids, prompt_id=p.id)
+                proposer.checkpoint()
                 if res.output != r["output"]:
                     raise OuroborosError(f"{label}: the replay of {p.id} differs from the recorded output")
                 run.results.append(res)
@@ -133,8 +144,11 @@ def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], map_id
         g = run.groups[i]
         if g not in proposers:
             proposers[g] = build_proposer(run.name, run.params, pair.target, pair.draft if needs else None)
+            first = run.groups.index(g)  # the folder's first prompt: the real run warmed up on it
+            warm_up(pair, proposers[g], [map_id(t) for t in run.prompts[first]])
         ids = [map_id(t) for t in run.prompts[i]]
         out.append(decode(pair.target, proposers[g], ids, run.budget, pair.eos_ids, prompt_id=run.results[i].prompt_id))
+        proposers[g].checkpoint()
     return out
 
 
