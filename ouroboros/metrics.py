@@ -1,6 +1,6 @@
 """Metric records and their ONE definition each. Sinks (JSONL, wandb, console) only write these.
 
-Definitions (as in DESIGN.md):
+Definitions (docs/design.md and the README point here):
 - new tokens: tokens emitted after the prompt (EOS included when emitted; never past max_new_tokens).
 - elapsed_s: wall seconds (hf) or modelled seconds (sim) from the start of prefill to the last token;
   prefill_s is the part spent prefilling. Never mix wall and modelled time in one comparison.

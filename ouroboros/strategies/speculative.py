@@ -2,7 +2,7 @@
 tokens greedily; the target verifies the chain in one forward.
 
 The drafter is itself the decode loop (`run_steps`) with the vanilla proposer, run on the draft backend
-(DESIGN.md: "a proposer that needs a model is itself a loop on that model"). After verification the draft
+(docs/design.md: "a proposer that needs a model runs this same loop on that model"). After verification the draft
 backend is rolled back to the accepted prefix and the target's tokens are appended to it (they become
 pending and are fed with the next draft forward).
 
