@@ -185,9 +185,10 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
     if kind == "hf" and run.model.get("kind") in SIM_MODEL_KINDS:
         raise OuroborosError(f"model kind {run.model['kind']!r} is a simulator profile: use backend=sim")
     if kind == "hf":
-        from ouroboros.models import parse_dtype
+        from ouroboros.models import check_device, parse_dtype
 
         parse_dtype(run.backend.dtype)
+        check_device(run.backend.device)
         if run.backend.threads < 0:
             raise OuroborosError(f"backend.threads must be >= 0, got {run.backend.threads}")
     if spec.needs_draft_model and "draft" in run.model and run.model["draft"] is None:

@@ -45,6 +45,19 @@ def parse_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
+def check_device(device: str) -> None:
+    """`cpu`, `cuda`, `cuda:N` (N < the visible GPUs) or `auto`; a GPU device needs CUDA here (one-line error)."""
+    kind, _, index = device.partition(":")
+    if device in ("cpu", "auto") or (kind == "cuda" and (not index or index.isdigit())):
+        if kind == "cuda" and not torch.cuda.is_available():
+            why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+            raise OuroborosError(f"backend.device={device}: {why} (use backend.device=cpu)")
+        if index and int(index) >= torch.cuda.device_count():
+            raise OuroborosError(f"backend.device={device}: only {torch.cuda.device_count()} CUDA device(s) here")
+        return
+    raise OuroborosError(f"backend.device must be cpu, cuda, cuda:N or auto, got {device!r}")
+
+
 @dataclass
 class LoadedPair:
     target: torch.nn.Module

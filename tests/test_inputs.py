@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 from cli_helper import run_module
 from test_sweep import sweep_records
 
@@ -66,6 +67,9 @@ ROWS = [
     ("ouroboros.sweep", ['sweep.grid=["strategy=speculative","strategy.params.gamma=2,2.5"]'],
      "speculative.gamma must be an int, got 2.5"),
     ("ouroboros.sweep", ["sweep=gamma", "strategy.params.gamma=x"], "must be an int, got 'x'"),
+    ("ouroboros.run", ["model=tiny", "backend.device=gpu0"], "backend.device must be cpu, cuda, cuda:N or auto"),
+    ("ouroboros.run", ["model=tiny", "backend.dtype=float8"], "unknown dtype 'float8'"),
+    ("ouroboros.run", ["model=tiny", "backend.threads=-1"], "backend.threads must be >= 0"),
     # the argparse entry points: one line too (not usage + error)
     ("ouroboros.fetch", [], "the following arguments are required: names"),
     ("ouroboros.fetch", ["nope", "--cache-dir", "{tmp}/cache"], "unknown name 'nope'"),
@@ -118,7 +122,7 @@ def test_bad_input_is_one_line_and_loses_nothing(tmp_path, module, args, needle)
     argv = [a.format(tmp=tmp_path, out=out) for a in args]
     if module in ("ouroboros.run", "ouroboros.sweep", "ouroboros.tune"):
         base = [a for a in SIM if not any(a.startswith(g) and b.startswith(g.rstrip(".") + "=") for b in argv
-                                          for g in ("dataset.", "hardware="))]
+                                          for g in ("dataset.", "hardware=", "model="))]
         argv = [*base, f"out={out}", *argv]
     res = run_module(module, *argv, tmp=tmp_path)
     lines = res.err.strip().splitlines()
@@ -224,3 +228,9 @@ def test_following_the_no_fit_hint_runs(tmp_path):
                      tmp=tmp_path)
     assert res.code == 0, res.err[-2000:]
     assert "speculative" in res.out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_device_without_cuda_is_one_line(tmp_path):
+    res = run_module("ouroboros.run", "model=tiny", "backend.device=cuda", "out=null", tmp=tmp_path)
+    assert res.code == 2 and res.err.startswith("error: backend.device=cuda: ") and res.err.count("\n") == 1
