@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_answers(records, args.out, args.model_id)
     for p in paths:
         print(p)
-    print(f"{len(paths)} answer file(s); score with Spec-Bench: python evaluation/speed.py --file-path <answers> "
-          "--base-path <vanilla answers> --tokenizer-path <tokenizer>")
+    print(f"{len(paths)} answer file(s); score them from a Spec-Bench checkout with evaluation.speed's "
+          "get_single_speedup(<answers>, <vanilla answers>, <tokenizer dir>) (its command line reads fixed files; "
+          "docs/specbench.md)")
     return 0
 
 
