@@ -45,12 +45,27 @@ def dataset_name(rec: dict) -> str:
     return str(d.get("name") or d.get("kind") or "?")
 
 
+def hardware_name(rec: dict) -> str:
+    """'a800x2 pipeline x2' (simulated: profile, placement, devices) or the CPU / GPU the wall clock ran on."""
+    hw = rec.get("hardware") or {}
+    if rec.get("backend") == "sim":
+        return f"{hw.get('name')} {hw.get('placement')} x{hw.get('devices')}"
+    return ", ".join(hw.get("gpus") or []) or str(hw.get("cpu") or hw.get("machine") or "")
+
+
+def budget(rec: dict) -> str:
+    """The new-token budget of the record's prompts ('512', or '64-512' when it differs by prompt)."""
+    b = rec.get("max_new_tokens", rec.get("config", {}).get("max_new_tokens"))
+    return f"{min(b)}-{max(b)}" if isinstance(b, list) else str(b)
+
+
 def table_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
     rows = []
     for r in latest(records):
         t = r["totals"]
         rows.append({"point": r["label"], "sweep": r.get("sweep", ""), "model": model_name(r),
-                     "dataset": dataset_name(r), "backend": r.get("backend", ""), "prompts": t["prompts"],
+                     "dataset": dataset_name(r), "backend": r.get("backend", ""), "hardware": hardware_name(r),
+                     "max_new_tokens": budget(r), "prompts": t["prompts"],
                      "new_tokens": t["new_tokens"], "seconds": round(t["elapsed_s"], 4),
                      "tokens_per_s": round(t["tokens_per_s"], 2),
                      "speedup": None if r.get("speedup") is None else round(r["speedup"], 3),

@@ -31,7 +31,16 @@ from tqdm.auto import tqdm
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.config import RunConfig, SweepConfig, apply_explicit, explicit_notices, override_key, validate
-from ouroboros.run import Executor, Point, counted, entry, format_table, label_of, make_executor
+from ouroboros.run import (
+    Executor,
+    Point,
+    counted,
+    entry,
+    format_table,
+    interrupts_deferred,
+    label_of,
+    make_executor,
+)
 from ouroboros.sinks import RecordFile, summary_line
 from ouroboros.strategies import REGISTRY, field_types
 
@@ -175,15 +184,18 @@ def sweep_main(cfg: DictConfig) -> list[dict]:
         print(f"note: {note}", file=sys.stderr)
     ex = make_executor(run, resume=run.sweep.resume, sweep=run.sweep.name)
     ex.on_record = None  # run_points prints the summary line
-    with counted(ex):
+    with counted(ex):   # a Ctrl-C anywhere from here on: "interrupted: N points recorded"
         records = run_points(points, ex)
-    print(format_table(records))
-    if run.out:
-        print(f"records: {run.out}")
-    if hc.mode is not None and hc.mode.name == "MULTIRUN":
-        Path(hc.runtime.output_dir, "points.json").write_text(json.dumps([r["point_id"] for r in records]))
-    if ex.mirror is not None and ex.mirror.enabled:
-        log_sweep_media(run, records, ex)
+        print(format_table(records))
+        if run.out:
+            print(f"records: {run.out}")
+        if hc.mode is not None and hc.mode.name == "MULTIRUN":
+            Path(hc.runtime.output_dir, "points.json").write_text(json.dumps([r["point_id"] for r in records]))
+        if ex.mirror is None or not ex.mirror.enabled:
+            return records
+        with interrupts_deferred():   # the summary run is written whole or not started
+            log_sweep_media(run, records, ex)
+    if ex.mirror is not None:
         dirs = ex.mirror.run_dirs
         print(f"wandb ({ex.mirror.mode}) runs: {len(dirs)} under {run.logger.wandb.dir}/wandb, summary {dirs[-1:]}")
     return records

@@ -13,7 +13,8 @@ from pathlib import Path
 from ouroboros.sinks import read_records, read_wandb_run
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGS = ["model=llama70b_7b", "dataset.num_prompts=2", "max_new_tokens=48", "sweep=k", "logger.console=false"]
+ARGS = ["model=llama70b_7b", "hardware=a800x2", "dataset.num_prompts=2", "max_new_tokens=48", "sweep=k",
+        "logger.console=false"]
 
 
 def start(tmp: Path, out: Path, *extra: str) -> subprocess.Popen:

@@ -7,6 +7,7 @@ from pathlib import Path
 from cli_helper import run_module
 from hydra import compose, initialize_config_dir
 
+from analysis.report import table_rows
 from ouroboros.config import apply_explicit, validate
 from ouroboros.run import format_table
 from ouroboros.sinks import read_records
@@ -97,3 +98,12 @@ def test_table_header_states_budget_hardware_placement_and_shared_params(tmp_pat
     head = format_table(recs).splitlines()[:2]
     assert head == ["new tokens per prompt: 8; hardware: h200 (2 device(s), tensor; modelled clock)",
                     "speculative at every point: gamma=6"]
+
+
+def test_analysis_table_names_budget_and_hardware(tmp_path):
+    out = tmp_path / "r.jsonl"
+    res = run_module("ouroboros.run", *SIM, "hardware=h100", "sim.devices=2",
+                     "sim.placement=tensor", f"out={out}", tmp=tmp_path)
+    assert res.code == 0, res.err[-2000:]
+    rows = table_rows(read_records(out))
+    assert [(r["hardware"], r["max_new_tokens"]) for r in rows] == [("h100 tensor x2", "8")] * 2
