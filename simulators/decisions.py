@@ -15,10 +15,10 @@
    target forward, pool / datastore hit rate by source, acceptance per draft position; side by side with the
    relative error. Prompts are split by position: even ones fit (`calibrate decisions`), odd ones evaluate.
 
-Surrogate fit (`fit_profile`): coordinate search on the fit prompts, each knob against the statistic it drives:
-the draft's agreement (alpha_easy, alpha_hard) against speculative's eta and per-position acceptance, the
-target's copying (p_copy) against prompt lookup's eta, the target's top-continuation rate (p_top) against
-lookahead's eta. Knows nothing of real models (the real side is traces).
+Surrogate fit (`fit_profile`): coordinate search on the fit prompts over the draft's agreement knobs (alpha_easy,
+alpha_hard, hard_frac, burst_len) and the target's copying (p_copy) and top-continuation rate (p_top), against
+every run's eta, c, #Match and hit rates (and speculative's per-position acceptance) at once.
+Knows nothing of real models (the real side is traces).
 """
 
 from __future__ import annotations
@@ -38,7 +38,17 @@ from simulators.profiles import load_conf
 from simulators.realcheck import trace_name
 from simulators.replay import load_trace, trace_prompts
 
-SPS_KEYS = ("eta", "pos1", "pos2", "pos3", "pos4")
+FIT_KEYS = ("eta", "c", "match")  # + every hit rate, + speculative's per-position acceptance
+FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.py) and the values tried
+    ("alpha_easy", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.96, 0.98)),
+    ("alpha_hard", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9)),
+    ("hard_frac", (0.1, 0.25, 0.4, 0.6)),
+    ("burst_len", (4, 8, 24, 64)),
+    ("p_copy", (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)),
+    ("p_top", (0.4, 0.5, 0.6, 0.75, 0.85, 0.95)),
+    ("vocab", (4096, 8192)),
+    ("pieces", ("words", "bpe")),  # a larger surrogate vocabulary (8192: all 6,397 pieces of the code corpus)
+)
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
 WARMUP_TOKENS = 4                # simulators.realcheck's warm-up decode per run (on its first prompt)
 SIM_HARDWARE = "h100"            # decisions need no clock; any profile the pair fits on
@@ -131,12 +141,13 @@ def split(n: int) -> tuple[list[int], list[int]]:
     return list(range(0, n, 2)), list(range(1, n, 2))
 
 
-def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], map_id, model: str = "qwen_coder",
+def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper, model: str = "qwen_coder",
                 seed: int = 0) -> list[PromptResult]:
     """The run's strategy on the surrogate over the prompts at positions `which` (one proposer per recording
-    folder, in recorded order, as the real run had)."""
-    opts = {**sim_opts, "prompt_tokens": "surrogate"}  # prompts come as real ids, mapped by `map_id`
+    folder, in recorded order, as the real run had). `mapper(surrogate tokenizer)` -> real id -> surrogate id."""
+    opts = {**sim_opts, "prompt_tokens": "surrogate"}  # prompts come as real ids, mapped by `mapper`
     pair = make_pair(load_conf("model", model), load_conf("hardware", SIM_HARDWARE), opts, seed=seed)
+    map_id = mapper(pair.tokenizer)
     needs = get_spec(run.name).needs_draft_model
     proposers: dict[int, Any] = {}
     out = []
@@ -153,23 +164,30 @@ def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], map_id
 
 
 def id_mapper(model: str = "qwen_coder", tokenizer_dir: str | None = None):
-    """real token id -> surrogate id, as `sim.prompt_tokens=tokenizer` maps them (needs the pair's tokenizer)."""
+    """surrogate tokenizer -> (real token id -> surrogate id), as `sim.prompt_tokens=tokenizer` maps them (needs
+    the pair's tokenizer; one map per surrogate vocabulary)."""
     from transformers import AutoTokenizer
 
-    from simulators.surrogate import load_corpus
     from simulators.tokens import RealCountTokenizer, fetched_tokenizer_dir
 
-    path = tokenizer_dir or str(fetched_tokenizer_dir(load_conf("model", model)))
-    return RealCountTokenizer(load_corpus("code", 4096).tokenizer, AutoTokenizer.from_pretrained(path)).surrogate_id
+    real = AutoTokenizer.from_pretrained(tokenizer_dir or str(fetched_tokenizer_dir(load_conf("model", model))))
+    maps: dict[int, Any] = {}
+
+    def mapper(surrogate):
+        if id(surrogate) not in maps:
+            maps[id(surrogate)] = RealCountTokenizer(surrogate, real).surrogate_id
+        return maps[id(surrogate)]
+
+    return mapper
 
 
-def compare(real: dict[str, RealRun], sim_opts: dict[str, Any], map_id, which: str = "eval") -> list[dict[str, Any]]:
+def compare(real: dict[str, RealRun], sim_opts: dict[str, Any], mapper, which: str = "eval") -> list[dict[str, Any]]:
     rows = []
     for label, run in real.items():
         fit_pos, eval_pos = split(len(run.results))
         pos = eval_pos if which == "eval" else fit_pos
         r = stats([run.results[i] for i in pos])
-        s = stats(sim_results(run, pos, sim_opts, map_id))
+        s = stats(sim_results(run, pos, sim_opts, mapper))
         rows.append({"run": label, "prompts": len(pos), "real": r, "sim": s})
     return rows
 
@@ -213,33 +231,29 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------------------------------- the fit
-def fit_profile(real: dict[str, RealRun], map_id, base: dict[str, Any] | None = None, out=print) -> dict[str, Any]:
-    """Coordinate search of the surrogate's knobs on the FIT prompts (see the module doc); returns sim options."""
+def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = None, out=print,
+                rounds: int = 2) -> dict[str, Any]:
+    """Coordinate search of the surrogate's knobs on the FIT prompts only (even positions): each knob in turn takes
+    the grid value minimising the summed squared relative error of every run's target statistics (FIT_KEYS:
+    eta, c, #Match, hit rates) plus speculative's per-position acceptance; `rounds` passes (the knobs interact).
+    Returns sim options."""
     opts: dict[str, Any] = {"corpus": "code", **(base or {})}
+    fit_real = {label: stats([run.results[i] for i in split(len(run.results))[0]]) for label, run in real.items()}
 
-    def err_of(o: dict[str, Any], names: tuple[str, ...], keys: tuple[str, ...]) -> float:
+    def err_of(o: dict[str, Any]) -> float:
         e = 0.0
-        for run in real.values():
-            if run.name not in names:
-                continue
-            pos = split(len(run.results))[0]
-            r = stats([run.results[i] for i in pos])
-            s = stats(sim_results(run, pos, o, map_id))
-            e += sum((s.get(k, 0.0) - r[k]) ** 2 / max(r[k], 0.1) ** 2 for k in keys if k in r)
+        for label, run in real.items():
+            r = fit_real[label]
+            s = stats(sim_results(run, split(len(run.results))[0], o, mapper))
+            keys = [k for k in r if k in FIT_KEYS or k.startswith("hit:")]
+            if run.name == "speculative":
+                keys += [k for k in r if k.startswith("pos")]
+            e += sum((s.get(k, 0.0) - r[k]) ** 2 / max(r[k], 0.1) ** 2 for k in keys)
         return e
 
-    plan = (
-        ("alpha_easy", [0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.96, 0.98], ("speculative",), SPS_KEYS),
-        ("alpha_hard", [0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9], ("speculative",), SPS_KEYS),
-        ("hard_frac", [0.1, 0.25, 0.4, 0.6], ("speculative",), SPS_KEYS),
-        ("p_copy", [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6], ("pld",), ("eta", "A", "hit:pool")),
-        ("p_top", [0.6, 0.75, 0.85, 0.95], ("lookahead", "ouroboros"), ("eta", "match")),
-    )
-    for _ in range(2):  # two rounds: the knobs interact
-        for knob, grid, names, keys in plan:
-            if not any(r.name in names for r in real.values()):
-                continue
-            errs = {v: err_of({**opts, knob: v}, names, keys) for v in grid}
+    for _ in range(rounds):
+        for knob, grid in FIT_GRID:
+            errs = {v: err_of({**opts, knob: v}) for v in grid}
             opts[knob] = min(errs, key=errs.__getitem__)
             out(f"fit {knob} = {opts[knob]} (error {errs[opts[knob]]:.4f})")
     return opts
@@ -260,20 +274,20 @@ def calibrate_main(a) -> int:
     from simulators.sim_profiles import git_commit, write_profile
 
     real = load_real(a.dir, a.model)
-    map_id = id_mapper(a.model, a.tokenizer)
-    opts = fit_profile(real, map_id)
+    mapper = id_mapper(a.model, a.tokenizer)
+    opts = fit_profile(real, mapper)
     n = len(next(iter(real.values())).results)
     fields: dict[str, Any] = {"pair": a.model}
-    fields.update((k, opts[k]) for k in ("corpus", "alpha_easy", "alpha_hard", "hard_frac", "p_copy", "p_top")
-                  if k in opts)
+    fields.update((k, opts[k]) for k in ("corpus", *(knob for knob, _ in FIT_GRID)) if k in opts)
     fields["prompt_tokens"] = "tokenizer"
     fit = {"pair": a.model, "task": a.task,
            "inputs": {"recorded_runs": sorted(real), "prompts": n, "fit_prompts": "even positions",
                       "max_new_tokens": next(iter(real.values())).budget},
            "inputs_source": "real greedy runs of the pair recorded by simulators.realcheck (traces kept in the cache "
                             "directory, not in git); no published figure is used",
-           "method": "simulators.decisions.fit_profile: coordinate search, agreement vs speculative eta and "
-                     "per-position acceptance, p_copy vs pld, p_top vs lookahead/ouroboros",
+           "method": "simulators.decisions.fit_profile: coordinate search of the knobs above (2 rounds) on the "
+                     "fit prompts, minimising squared relative errors of every run's eta, c, #Match, hit rates and "
+                     "speculative's per-position acceptance",
            "command": f"python -m simulators.calibrate decisions --dir <recorded runs> --name {a.name}",
            "commit": git_commit()}
     path = write_profile(a.name, f"{a.model}, {a.task}: calibration profile (recorded real decisions)", fields, fit,
@@ -290,8 +304,8 @@ def validate_main(root: str, sim: str | None, model: str = "qwen_coder", tokeniz
     opts = load_profile(sim) if sim else {}
     opts.pop("fit", None)
     real = load_real(root, model)
-    map_id = id_mapper(model, tokenizer)
-    rows = compare(real, opts, map_id, "eval")
+    mapper = id_mapper(model, tokenizer)
+    rows = compare(real, opts, mapper, "eval")
     out(f"held-out prompts (odd positions), sim={sim or 'default'}:")
     out(table(rows))
     sc = score(rows)

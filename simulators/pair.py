@@ -32,6 +32,7 @@ SIM_DEFAULTS: dict[str, Any] = {
     "tokens": "surrogate",        # surrogate | iid | replay | proxy
     "corpus": "code",             # surrogate corpus: code | prose
     "vocab": 4096,                # surrogate vocabulary
+    "pieces": "words",            # surrogate tokenizer: words (spaces apart) | bpe (words carry their leading space)
     "order": 4,                   # n-gram order of the surrogate target
     "p_top": 0.75,                # how often the surrogate target takes its table's top continuation
     "p_copy": 0.0,                # how often it copies what followed the last two tokens earlier (induction)
@@ -141,7 +142,7 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
     kind = opts["tokens"]
     if kind in ("surrogate", "iid"):
         lm = NGramLM(opts["corpus"], int(opts["vocab"]), int(opts["order"]), p_top=float(opts["p_top"]), seed=seed,
-                     p_copy=float(opts["p_copy"]), copy_window=int(opts["copy_window"]))
+                     p_copy=float(opts["p_copy"]), copy_window=int(opts["copy_window"]), pieces=str(opts["pieces"]))
         q: Any
         if kind == "iid":
             q = IIDDraftLM(lm, float(opts["alpha"]), seed=seed + 1)

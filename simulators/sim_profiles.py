@@ -32,6 +32,8 @@ FIELD_DOCS = {
     "burst_len": "length of an easy / hard stretch (tokens)",
     "p_shift": "share of mismatches that are 'one token too early' (else the runner-up)",
     "p_copy": "how often the surrogate target copies what followed its last two tokens earlier",
+    "vocab": "surrogate vocabulary (pieces of the corpus)",
+    "pieces": "surrogate tokenizer: words (spaces apart) | bpe (words carry their leading space)",
     "p_top": "how often the surrogate target takes its n-gram table's top continuation",
     "target_overhead_s": "target's per-forward overhead (s), replacing the hardware's estimate (fitted)",
     "draft_overhead_s": "draft's per-forward overhead (s), replacing the hardware's estimate (fitted)",

@@ -43,6 +43,11 @@ _GOLDEN = 0x9E3779B97F4A7C15
 _INV53 = 1.0 / (1 << 53)
 State = tuple[Any, ...]  # (position, last tail_len tokens[, last copy_window tokens reversed])
 _PIECE = re.compile(r"[A-Za-z_]+|[0-9]+| +|\n|.", re.DOTALL)
+# pieces="bpe": words carry their leading space, as GPT-2-style pre-tokenizers (and Qwen's) split text; an indent
+# run keeps all but its last space, which joins the next word (" return"), so code and prose get about as many
+# tokens per character as a real tokenizer gives (sim.pieces; simulators/tokens.py measures the real ratio).
+_PIECE_BPE = re.compile(r" ?[A-Za-z_]+| ?[0-9]+| ?[^\sA-Za-z_0-9]| +(?!\S)| +|\n|.", re.DOTALL)
+PIECE_STYLES = {"words": _PIECE, "bpe": _PIECE_BPE}
 
 # Standard-library modules whose source makes the "code" corpus (about 0.5 MB; stable, plain Python).
 CODE_MODULES = ("argparse", "bisect", "calendar", "configparser", "contextlib", "copy", "csv", "dataclasses",
@@ -87,11 +92,14 @@ class PieceTokenizer:
     corpus get ids (id 0 = EOS), any other text falls back to its characters (non-ASCII -> '?'). No chat
     template: real datasets (humaneval, mtbench, specbench, jsonl) on the `sim` backend are their plain text."""
 
-    def __init__(self, text: str, vocab_size: int):
+    def __init__(self, text: str, vocab_size: int, style: str = "words"):
         chars = [chr(c) for c in range(32, 127)] + ["\n", "\t"]
         if vocab_size < len(chars) + 2:
             raise OuroborosError(f"surrogate vocab must be >= {len(chars) + 2}, got {vocab_size}")
-        counts = Counter(p for p in _PIECE.findall(text) if len(p) > 1)
+        if style not in PIECE_STYLES:
+            raise OuroborosError(f"surrogate pieces must be one of {', '.join(PIECE_STYLES)}, got {style!r}")
+        self.piece_re = PIECE_STYLES[style]
+        counts = Counter(p for p in self.piece_re.findall(text) if len(p) > 1)
         top = [p for p, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: vocab_size - 1 - len(chars)]]
         self.pieces = ["<|eos|>"] + chars + top
         self.ids = {p: i for i, p in enumerate(self.pieces)}
@@ -99,7 +107,7 @@ class PieceTokenizer:
 
     def encode(self, text: str) -> list[int]:
         out, ids, q = [], self.ids, self.ids["?"]
-        for p in _PIECE.findall(text):
+        for p in self.piece_re.findall(text):
             i = ids.get(p)
             if i is not None:
                 out.append(i)
@@ -124,26 +132,27 @@ class Corpus:
 
 
 @functools.cache
-def load_corpus(kind: str, vocab_size: int) -> Corpus:
+def load_corpus(kind: str, vocab_size: int, style: str = "words") -> Corpus:
     text = corpus_text(kind)
-    tok = PieceTokenizer(text, vocab_size)
+    tok = PieceTokenizer(text, vocab_size, style)
     return Corpus(kind, tok, tok.encode(text))
 
 
 @functools.cache
-def prompt_starts(kind: str, vocab_size: int, max_len: int) -> list[int]:
+def prompt_starts(kind: str, vocab_size: int, max_len: int, style: str = "words") -> list[int]:
     """Where prompts may start in a corpus: at each `def` (code), else every 97 tokens."""
-    corpus = load_corpus(kind, vocab_size)
+    corpus = load_corpus(kind, vocab_size, style)
     ids, pieces = corpus.ids, corpus.tokenizer.pieces
-    starts = [i for i in range(len(ids) - max_len) if pieces[ids[i]] == "def"]
+    starts = [i for i in range(len(ids) - max_len) if pieces[ids[i]] in ("def", " def")]
     return starts or list(range(0, len(ids) - max_len, 97))
 
 
 # ---------------------------------------------------------------------------------------------- target
 @functools.cache
-def ngram_table(kind: str, vocab_size: int, order: int, top: int) -> dict[tuple[int, ...], tuple[int, ...]]:
+def ngram_table(kind: str, vocab_size: int, order: int, top: int, style: str = "words"
+                ) -> dict[tuple[int, ...], tuple[int, ...]]:
     """context (1..order tokens) -> its `top` most frequent next tokens (ties: first seen in the corpus first)."""
-    ids = load_corpus(kind, vocab_size).ids
+    ids = load_corpus(kind, vocab_size, style).ids
     table: dict[tuple[int, ...], tuple[int, ...]] = {}
     for n in range(1, order + 1):
         counts = Counter(zip(*(ids[i:] for i in range(n + 1)), strict=False))  # (n + 1)-gram -> count
@@ -164,7 +173,8 @@ class NGramLM:
     hash). With p_copy > 0 a state is (position, tail, window reversed: the last token first)."""
 
     def __init__(self, corpus: str = "code", vocab_size: int = 4096, order: int = 4, tail_len: int = 8,
-                 p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256):
+                 p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256,
+                 pieces: str = "words"):
         if not 1 <= order <= tail_len:
             raise OuroborosError(f"surrogate needs 1 <= order <= tail_len, got {order}, {tail_len}")
         if not 0 <= p_top <= 1:
@@ -174,10 +184,10 @@ class NGramLM:
         if copy_window < 3:
             raise OuroborosError(f"surrogate copy_window must be >= 3, got {copy_window}")
         self.p_copy, self.copy_window = p_copy, copy_window
-        self.corpus = load_corpus(corpus, vocab_size)
-        self._corpus_key = (corpus, vocab_size)
+        self.corpus = load_corpus(corpus, vocab_size, pieces)
         self.vocab_size = self.corpus.tokenizer.vocab_size
-        self.table = ngram_table(corpus, vocab_size, order, top)
+        self.table = ngram_table(corpus, vocab_size, order, top, pieces)
+        self._corpus_key = (corpus, vocab_size, pieces)
         self.order, self.tail_len, self.p_top, self.seed = order, tail_len, p_top, seed
         self._backoff: dict[tuple[int, ...], tuple[int, ...]] = {}  # last `order` tokens -> candidates (() = none)
         # The hot paths: closures equal to `reference_step` / `reference_predict` (tests/test_sim_fast_paths.py).
@@ -287,7 +297,8 @@ class NGramLM:
         """Prompts cut from the corpus: for code, starting at a `def`; each `min_len..max_len` tokens."""
         ids = self.corpus.ids
         rng = random.Random(seed)
-        starts = prompt_starts(*self._corpus_key, max_len)
+        kind, vocab, pieces = self._corpus_key
+        starts = prompt_starts(kind, vocab, max_len, pieces)
         return [ids[s: s + rng.randint(min_len, max_len)] for s in rng.sample(starts, min(n, len(starts)))]
 
 

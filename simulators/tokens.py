@@ -7,8 +7,8 @@ dataset loaders call (`tok(text, add_special_tokens=False)["input_ids"]`, `decod
 
 - `tokenizer` (`RealCountTokenizer`): the pair's real tokenizer (for qwen_coder the fetched one; else
   `sim.tokenizer=<dir>`) tokenizes the prompt, chat template included, so the count is exactly the real one;
-  each real token becomes a surrogate id (the piece equal to its text without surrounding spaces, else its
-  first character's id, else a fixed hash), so a prompt that repeats itself repeats in surrogate ids too.
+  each real token becomes a surrogate id (the piece equal to its text, or to its text without surrounding
+  spaces, else a fixed hash of its text), so a prompt that repeats itself repeats in surrogate ids too.
 - `ratio` (`RatioTokenizer`): round(characters / `sim.chars_per_token`) tokens, the surrogate's own encoding
   resampled evenly to that count (order kept, content thinned or stretched). Measure the ratio on the task's
   text with a real tokenizer (`measure_chars_per_token`; docs/simulator-fidelity.md lists measured values).
@@ -42,8 +42,9 @@ class RealCountTokenizer:
         if sid is None:
             text = self.real.decode([real_id])
             ids = self.surrogate.ids
-            sid = ids.get(text.strip()) or ids.get(text) or (ids.get(text.strip()[:1]) if text.strip() else None)
-            if sid is None:  # unknown text (e.g. non-ASCII): a fixed id from its bytes, never EOS
+            sid = ids.get(text) or ids.get(text.strip())
+            if sid is None:  # text the surrogate has no piece for: a fixed id from its bytes (never EOS), so distinct
+                # real tokens stay distinct (a shared fallback would repeat phrases the real prompt does not)
                 sid = 1 + zlib.crc32(text.encode()) % (self.vocab_size - 1)
             self._map[real_id] = sid
         return sid

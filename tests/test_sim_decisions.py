@@ -17,8 +17,8 @@ from simulators.pair import make_pair
 from simulators.profiles import load_conf
 
 
-def map_id(t: int) -> int:
-    return 1 + t % 4095
+def mapper(tok):
+    return lambda t: 1 + t % (tok.vocab_size - 1)
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +51,9 @@ def test_fit_and_evaluation_prompts_never_overlap():
 
 def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
     real = decisions.load_real(str(recorded))
-    before = decisions.compare(real, {}, map_id, "fit")
-    opts = decisions.fit_profile(real, map_id, out=lambda *_: None)
-    after = decisions.compare(real, opts, map_id, "fit")
+    before = decisions.compare(real, {}, mapper, "fit")
+    opts = decisions.fit_profile(real, mapper, out=lambda *_: None)
+    after = decisions.compare(real, opts, mapper, "fit")
 
     def err(rows):
         row = next(r for r in rows if r["run"] == "speculative:gamma=3")
@@ -67,7 +67,7 @@ def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
 
 
 def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch):
-    monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: map_id)
+    monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
                         tokenizer=None, out_dir=str(tmp_path))
     assert decisions.calibrate_main(a) == 0

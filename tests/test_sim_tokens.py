@@ -78,3 +78,26 @@ def test_a_pair_without_a_fetched_tokenizer_says_what_to_do(tmp_path: Path):
     with pytest.raises(OuroborosError, match="run `python -m ouroboros.fetch qwen-coder` first"):
         make_pair({**load_conf("model", "qwen_coder"), "cache_dir": str(tmp_path)}, load_conf("hardware", "h100"),
                   {"prompt_tokens": "tokenizer"})
+
+
+def test_bpe_pieces_carry_their_leading_space():
+    tok = load_corpus("code", 4096, "bpe").tokenizer
+    assert [tok.pieces[i] for i in tok.encode("        return self.x\n")] == \
+        ["       ", " return", " self", ".", "x", "\n"]
+    words = load_corpus("code", 4096).tokenizer
+    text = "    def __init__(self, name):\n        self.name = name\n        return None\n"
+    assert len(tok.encode(text)) < len(words.encode(text))
+    with pytest.raises(OuroborosError, match="surrogate pieces must be one of words, bpe, got 'x'"):
+        make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), {"pieces": "x"})
+
+
+def test_bpe_surrogate_is_lossless():
+    from ouroboros.decode import decode
+    from ouroboros.strategies import build_proposer
+
+    pair = make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), {"pieces": "bpe"})
+    for p in pair.default_prompts(2, 0):
+        ref = decode(pair.target, build_proposer("vanilla", {}, pair.target), p.ids, 40, pair.eos_ids).output
+        for name, params in (("speculative", {"gamma": 5}), ("ouroboros", {"gamma": 4, "W": 3, "N": 3, "G": 3})):
+            proposer = build_proposer(name, params, pair.target, pair.draft)
+            assert decode(pair.target, proposer, p.ids, 40, pair.eos_ids).output == ref
