@@ -35,7 +35,7 @@ from ouroboros.metrics import PromptResult, RunResult, pool_rates
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.pair import make_pair
 from simulators.profiles import load_conf
-from simulators.realcheck import trace_name
+from simulators.realcheck import trace_name, warm_up
 from simulators.replay import load_trace, trace_prompts
 
 FIT_KEYS = ("eta", "c", "match")  # + every hit rate, + speculative's per-position acceptance
@@ -50,7 +50,6 @@ FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.
     ("pieces", ("words", "bpe")),  # a larger surrogate vocabulary (8192: all 6,397 pieces of the code corpus)
 )
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
-WARMUP_TOKENS = 4                # simulators.realcheck's warm-up decode per run (on its first prompt)
 SIM_HARDWARE = "h100"            # decisions need no clock; any profile the pair fits on
 
 
@@ -73,14 +72,6 @@ def folders(root: str) -> list[str]:
     if not out:
         raise OuroborosError(f"no recorded runs under {root} (real.jsonl): record with simulators.realcheck first")
     return out
-
-
-def warm_up(pair, proposer, first_prompt: list[int]) -> None:
-    """What `realcheck` (as `bench.real`) does before its prompts: one WARMUP_TOKENS-token decode of its first
-    prompt with the same proposer; stateful proposers (a pool with history, the hf draft-length schedule) carry
-    its effect, so a replay or a simulated run repeats it."""
-    decode(pair.target, proposer, first_prompt, WARMUP_TOKENS, pair.eos_ids, prompt_id="warmup")
-    proposer.checkpoint()
 
 
 def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:

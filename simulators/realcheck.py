@@ -59,6 +59,16 @@ class Compared:
         return self.sim_decode_s / self.real_decode_s - 1
 
 
+WARMUP_TOKENS = 4  # each run's warm-up decode (on the first prompt) before the recorded prompts
+
+
+def warm_up(pair, proposer, first_prompt: list[int]) -> None:
+    """Replay `record`'s warm-up: one WARMUP_TOKENS-token decode of the first prompt with the same proposer, whose
+    state carries its effect (a pool with history, the hf draft-length schedule), then the runner's checkpoint."""
+    decode(pair.target, proposer, first_prompt, WARMUP_TOKENS, pair.eos_ids, prompt_id="warmup")
+    proposer.checkpoint()
+
+
 def trace_name(label: str) -> str:
     return "trace-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", label) + ".json"
 
@@ -89,7 +99,7 @@ def record(args, specs, out_dir: str) -> None:
     recs = [(Recorder(target), Recorder(draft) if draft is not None else None) for _ in specs]
     runners = [make_runner(s, pair, t, d) for s, (t, d) in zip(specs, recs, strict=True)]
     for run in runners:  # warm-up outside the traces' prompts is harmless: contexts are keyed by content
-        run(prompts[0].ids, 4, "warmup")
+        run(prompts[0].ids, WARMUP_TOKENS, "warmup")
     results: list[list[PromptResult]] = [[] for _ in specs]
     n = len(specs)
     for i, p in enumerate(prompts):
@@ -141,8 +151,12 @@ def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:
         proposer = build_proposer(name, params, sim.target,
                                   sim.draft if get_spec(name).needs_draft_model else None)
         by_id = {p.id: p for p in prompts}
-        sims = [decode(sim.target, proposer, by_id[r["prompt_id"]].ids, r["budget"], sim.eos_ids,
-                       prompt_id=r["prompt_id"]) for r in rows]
+        warm_up(sim, proposer, by_id[rows[0]["prompt_id"]].ids)  # as recorded: stateful proposers carry it
+        sims = []
+        for r in rows:
+            sims.append(decode(sim.target, proposer, by_id[r["prompt_id"]].ids, r["budget"], sim.eos_ids,
+                               prompt_id=r["prompt_id"]))
+            proposer.checkpoint()
         misses = sim.target.lm.misses + sim.draft.lm.misses  # type: ignore[attr-defined]
         out.append(Compared(
             run=label, prompts=len(rows),
