@@ -16,6 +16,7 @@ moment loses at most the point being measured, and a rerun measures it once (our
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -50,9 +51,23 @@ GROUPS = ("model", "strategy", "dataset", "backend", "hardware", "logger", "swee
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
+def sweep_jobs(parsed: list[Any]) -> list[list[str]]:
+    """The cartesian product of parsed Hydra overrides, as `-m` expands them (discrete sweeps only), through
+    Hydra's public Override API. Golden: a=1,2 b=3 -> [[a=1, b=3], [a=2, b=3]]."""
+    lists: list[list[str]] = []
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            if not o.is_discrete_sweep():
+                raise OuroborosError(f"{key}: only comma-separated (discrete) sweeps are supported")
+            lists.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            lists.append([f"{key}={o.get_value_element_as_str()}"])
+    return [list(job) for job in itertools.product(*lists)]
+
+
 def expand(sweep: SweepConfig) -> list[tuple[str, list[str]]]:
     """(label, overrides) per point: explicit points x the grid's cartesian product (Hydra's -m syntax)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     points = [(p.label, list(p.overrides)) for p in sweep.points] or [("", [])]
@@ -62,7 +77,7 @@ def expand(sweep: SweepConfig) -> list[tuple[str, list[str]]]:
             parsed = OverridesParser.create().parse_overrides(list(sweep.grid))
         except Exception as e:
             raise OuroborosError(f"sweep.grid: {' '.join(str(e).split())}") from None
-        combos = [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+        combos = sweep_jobs(parsed)
     return [(label, ovr + grid) for grid in combos for label, ovr in points]
 
 
@@ -218,15 +233,12 @@ class MultirunTable(Callback):
         entry(lambda: self._check(config))
 
     def _check(self, config: DictConfig) -> None:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
-        for batch in BasicSweeper.split_arguments(parsed, None):
-            for job in batch:
-                first = compose_run(list(job))
-                choices = _choices(list(job))
-                plan(list(job), choices, first.sweep)
+        for job in sweep_jobs(parsed):
+            first = compose_run(job)
+            plan(job, _choices(job), first.sweep)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         out = config.get("out")
