@@ -67,7 +67,8 @@ class WandbConfig:
 
 @dataclass
 class LoggerConfig:
-    console: bool = True        # progress bars over points and prompts, one summary line per point
+    console: bool = True        # one summary line per point (and the progress bars, when `progress`)
+    progress: bool = True       # progress bars over points and prompts, drawn only when stderr is a terminal
     step_records: bool = False  # per-step records (StepRecord) inside each JSONL record
     wandb: WandbConfig = field(default_factory=WandbConfig)
 

@@ -281,6 +281,7 @@ class Executor:
     sweep: str = "single"
     step_records: bool = False
     on_record: Callable[[dict], None] | None = None
+    progress: bool = False      # progress bars (make_executor: logger.progress and stderr is a terminal)
     recorded: int = 0           # records appended by this executor (the interrupt message counts them)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _results: dict[str, RunResult] = field(default_factory=dict)   # point_id -> result measured or reloaded
@@ -339,7 +340,7 @@ class Executor:
         budgets = [p.max_new_tokens or run.max_new_tokens for p in sess.prompts]
         result = run_strategy(StrategyRun(run.strategy.name, dict(run.strategy.params), point.label), sess.target,
                               sess.draft, [p.ids for p in sess.prompts], budgets, sess.eos_ids,
-                              prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup, progress=self.console,
+                              prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup, progress=self.progress,
                               sampling=run.sampling)
         if run.strategy.name == run.baseline:
             base, baseline_id = result, point.id
@@ -370,7 +371,8 @@ def make_executor(run: RunConfig, resume: bool, sweep: str) -> Executor:
     mirror = WandbMirror(w.mode, w.project, w.entity, w.dir, w.tags, group=sweep)
     say = (lambda rec: tqdm.write(summary_line(rec))) if run.logger.console else None
     return Executor(RecordFile(run.out) if run.out else None, mirror, resume, run.logger.console, sweep,
-                    run.logger.step_records, on_record=say)
+                    run.logger.step_records, on_record=say,
+                    progress=run.logger.console and run.logger.progress and sys.stderr.isatty())
 
 
 def run_one(run: RunConfig) -> list[dict]:

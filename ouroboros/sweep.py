@@ -173,7 +173,7 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
 def run_points(points: list[Point], ex: Executor) -> list[dict]:
     records, measured = [], 0
     ex.check(points)
-    bar = tqdm(points, desc="sweep", unit="point", disable=not ex.console)
+    bar = tqdm(points, desc="sweep", unit="point", disable=not ex.progress)
     for i, p in enumerate(bar, 1):
         rec, now = ex.run_point(p)
         if not now:
