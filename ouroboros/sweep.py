@@ -146,7 +146,8 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
     one line per command-line override a point replaced and per setting the command line left to a default."""
     out: list[Point] = []
     seen: set[str] = set()
-    swept = swept_params(sweep)
+    typed = {k.split(".", 2)[2] for o in base if (k := override_key(o)).startswith("strategy.params.")}
+    swept = swept_params(sweep) | typed   # a param typed on the command line is shown too (a -m job's sweep)
     for suffix, ovr in expand(sweep):
         overrides, replaced = merge_overrides(base, ovr, choices)
         run = compose_run(overrides)
@@ -195,17 +196,19 @@ def sweep_main(cfg: DictConfig) -> list[dict]:
     choices = dict(hc.runtime.choices)
     notes: list[str] = []
     points = plan(list(hc.overrides.task), choices, run.sweep, notes)
-    for note in notes:
+    multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
+    for note in notes if not multirun else ():  # a -m run prints its notes once, before its first job
         print(f"note: {note}", file=sys.stderr)
     ex = make_executor(run, resume=run.sweep.resume, sweep=run.sweep.name)
     ex.on_record = None  # run_points prints the summary line
     with counted(ex):   # a Ctrl-C anywhere from here on: "interrupted: N points recorded"
         records = run_points(points, ex)
+        if multirun:    # one table and one summary wandb run for the whole -m run: MultirunTable, at its end
+            Path(hc.runtime.output_dir, "points.json").write_text(json.dumps([r["point_id"] for r in records]))
+            return records
         print(format_table(records))
         if run.out:
             print(f"records: {run.out}")
-        if hc.mode is not None and hc.mode.name == "MULTIRUN":
-            Path(hc.runtime.output_dir, "points.json").write_text(json.dumps([r["point_id"] for r in records]))
         if ex.mirror is None or not ex.mirror.enabled:
             return records
         with interrupts_deferred():   # the summary run is written whole or not started
@@ -236,9 +239,12 @@ class MultirunTable(Callback):
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+        notes: list[str] = []
         for job in sweep_jobs(parsed):
             first = compose_run(job)
-            plan(job, _choices(job), first.sweep)
+            plan(job, _choices(job), first.sweep, notes)
+        for note in dict.fromkeys(notes):
+            print(f"note: {note}", file=sys.stderr)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         out = config.get("out")
@@ -250,9 +256,26 @@ class MultirunTable(Callback):
             ids += [i for i in json.loads(f.read_text()) if i not in ids]
         index = RecordFile(out).index()
         records = [index[i] for i in ids if i in index]
-        if records:
-            print(f"multirun: {len(records)} point(s)")
-            print(format_table(records))
+        if not records:
+            return
+        print(f"multirun: {len(records)} point(s)")
+        print(format_table(records))
+        print(f"records: {out}")
+        entry(lambda: self._summary_run(config, records))
+
+    @staticmethod
+    def _summary_run(config: DictConfig, records: list[dict]) -> None:
+        """One summary wandb run (table + plots) for every point of the -m run."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+        run = compose_run(sweep_jobs(parsed)[0])
+        ex = make_executor(run, resume=True, sweep=run.sweep.name)
+        if ex.mirror is None or not ex.mirror.enabled:
+            return
+        with interrupts_deferred():
+            log_sweep_media(run, records, ex)
+        print(f"wandb ({ex.mirror.mode}) summary run: {ex.mirror.run_dirs[-1:]}")
 
 
 def _choices(overrides: list[str]) -> dict[str, Any]:
