@@ -218,7 +218,6 @@ def main(argv: list[str] | None = None) -> int:
 def profiles_main(what: str, argv: list[str]) -> int:
     """`calibrate paper`: the Yi-34B/6B per-task profiles from the published vanilla + SpS figures;
     `calibrate decisions`: a profile fitted to a real pair's recorded decisions (simulators/decisions.py)."""
-    from simulators import sim_profiles
 
     ap = argparse.ArgumentParser(prog=f"python -m simulators.calibrate {what}")
     ap.add_argument("--prompts", type=int, default=16, help="paper: surrogate prompts per task")
@@ -235,7 +234,9 @@ def profiles_main(what: str, argv: list[str]) -> int:
         raise OuroborosError(f"--prompts must be >= 1, got {a.prompts}")
     from pathlib import Path
 
-    sim_profiles.paper_profiles(a.prompts, a.seed, Path(a.out_dir) if a.out_dir else None)
+    from simulators.validate import paper_profiles
+
+    paper_profiles(a.prompts, a.seed, Path(a.out_dir) if a.out_dir else None)
     return 0
 
 

@@ -160,12 +160,30 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
         tok = prompt_tokenizer(opts, model, lm.corpus.tokenizer)
         return SimPair(target, draft, clock, tok, (EOS_ID,), costs, prof, hw, prompts)
     if kind == "replay":
-        from simulators.replay import replay_pair
-
         return replay_pair(opts, prof, hw, costs, clock)
     if kind == "proxy":
         return proxy_pair(opts, prof, hw, costs, clock)
     raise OuroborosError(f"unknown sim.tokens {kind!r}; known: surrogate, iid, replay, proxy")
+
+
+def replay_pair(opts: dict[str, Any], prof, hw, costs, clock):
+    """make_pair's `replay` token source: SimBackends answering from the trace at sim.trace."""
+    from simulators.replay import TraceLM, load_trace, trace_lms, trace_prompts
+
+    if not opts.get("trace"):
+        raise OuroborosError("sim.tokens=replay needs sim.trace (a trace file recorded from a real run)")
+    doc = load_trace(str(opts["trace"]))
+    lms = trace_lms(doc)
+    ctx = int(doc["models"]["target"]["max_context"])
+    target = SimBackend(lms["target"], costs["target"], clock, ctx, name=prof.target.name)
+    dlm = lms.get("draft", TraceLM({}, lms["target"].vocab_size))
+    draft = SimBackend(dlm, costs["draft"], clock, ctx, name=prof.draft.name)
+    recorded = trace_prompts(doc)
+
+    def prompts(n: int, seed: int) -> list[Prompt]:
+        return recorded[:n]
+
+    return SimPair(target, draft, clock, None, tuple(doc.get("eos_ids", ())), costs, prof, hw, prompts)
 
 
 def proxy_pair(opts: dict[str, Any], prof: PairProfile, hw: Hardware, costs: dict[str, CostModel],

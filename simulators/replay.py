@@ -150,24 +150,3 @@ def trace_lms(doc: dict[str, Any]) -> dict[str, TraceLM]:
 
 def trace_prompts(doc: dict[str, Any]) -> list[Prompt]:
     return [Prompt(id=p["id"], ids=p["ids"], max_new_tokens=p.get("max_new_tokens")) for p in doc["prompts"]]
-
-
-def replay_pair(opts: dict[str, Any], prof, hw, costs, clock):
-    """make_pair's `replay` token source: SimBackends answering from the trace at sim.trace."""
-    from simulators.backend import SimBackend
-    from simulators.pair import SimPair
-
-    if not opts.get("trace"):
-        raise OuroborosError("sim.tokens=replay needs sim.trace (a trace file recorded from a real run)")
-    doc = load_trace(str(opts["trace"]))
-    lms = trace_lms(doc)
-    ctx = int(doc["models"]["target"]["max_context"])
-    target = SimBackend(lms["target"], costs["target"], clock, ctx, name=prof.target.name)
-    dlm = lms.get("draft", TraceLM({}, lms["target"].vocab_size))
-    draft = SimBackend(dlm, costs["draft"], clock, ctx, name=prof.draft.name)
-    recorded = trace_prompts(doc)
-
-    def prompts(n: int, seed: int) -> list[Prompt]:
-        return recorded[:n]
-
-    return SimPair(target, draft, clock, None, tuple(doc.get("eos_ids", ())), costs, prof, hw, prompts)

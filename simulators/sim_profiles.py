@@ -5,8 +5,8 @@ the rest, so `sim.<key>=v` still overrides any option) holding only what its fit
 for; make_pair refuses another) and `fit:` (its inputs: which published or measured figures, which command, commit).
 
 Writers (`python -m simulators.calibrate paper|decisions`):
-- `paper_profiles`: the Yi-34B/6B per-task fit of `simulators.validate paper` (published vanilla token/s, SpS
-  token/s and SpS block efficiency ONLY; see validate's module doc), as profiles;
+- `simulators.validate.paper_profiles`: the Yi-34B/6B per-task fit of `simulators.validate paper` (published
+  vanilla token/s, SpS token/s and SpS block efficiency ONLY; see validate's module doc), as profiles;
 - `simulators.decisions.fit_profile`: the surrogate's agreement knobs fitted to a real pair's recorded decisions.
 
 Knows nothing of strategies or the loop.
@@ -85,37 +85,6 @@ def load_profile(name: str) -> dict[str, Any]:
 def pair_profiles(model: str) -> dict[str, str]:
     """task -> profile name, from conf/model/<model>.yaml's `sim_profiles:` (empty if it has none)."""
     return dict(load_conf("model", model).get("sim_profiles") or {})
-
-
-def paper_profiles(n_prompts: int = 16, seed: int = 0, out_dir: Path | None = None, out=print) -> list[Path]:
-    """Fit `validate paper`'s calibration (HF-schedule SpS prior) and write one profile per task."""
-    from simulators.validate import TASKS, calibrate
-
-    cal = calibrate(n_prompts, seed, "hf")
-    commit = git_commit()
-    paths = []
-    for t in TASKS:
-        a = cal.a[t.name]
-        fields = {"pair": "yi34b_6b", "corpus": t.corpus, "alpha_easy": round(a, 6), "alpha_hard": round(a**4, 6),
-                  "target_overhead_s": round(cal.over_t[t.name], 6), "draft_overhead_s": round(cal.over_d, 6)}
-        fit = {"pair": "yi34b_6b (Yi-34B target, Yi-6B draft) on hardware=a800x2",
-               "task": t.name,
-               "inputs": {"vanilla_tok_s": t.vanilla_tps, "sps_tok_s": t.sps_tps, "sps_block_efficiency": t.sps_eta},
-               "inputs_source": "../shared/PAPER_NUMBERS.md (arXiv 2402.13720 Tables 1-3); CNN/DM and WMT16 token/s "
-                                "from github.com/thunlp/Ouroboros README. No lookahead or Ouroboros figure is used.",
-               "method": "simulators.validate calibrate: target overhead so vanilla token/s matches (per task); "
-                         "draft overhead by least squares in log SpS token/s over the tasks with one (shared); "
-                         "agreement so SpS block efficiency matches, SpS = speculative schedule=hf (transformers' "
-                         "heuristic, starting at 5)",
-               "surrogate_prompts": n_prompts, "seed": seed, "max_new_tokens": t.max_new,
-               "command": f"python -m simulators.calibrate paper --prompts {n_prompts} --seed {seed}",
-               "commit": commit}
-        name = f"yi34b_6b_{PAPER_TASK_KEYS[t.name]}"
-        paths.append(write_profile(name, f"Yi-34B/6B on 2x A800, {t.name}: calibration profile (paper figures)",
-                                   fields, fit, out_dir))
-        out(f"{name}: alpha_easy {a:.4f}, target overhead {cal.over_t[t.name] * 1e3:.2f} ms, draft overhead "
-            f"{cal.over_d * 1e3:.2f} ms -> {paths[-1]}")
-    return paths
 
 
 def check_profile_name(name: str) -> None:
