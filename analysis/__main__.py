@@ -8,7 +8,7 @@ import sys
 from analysis.report import table_rows, to_markdown, write_report
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
-from ouroboros.sinks import read_records
+from ouroboros.sinks import read_sweep_records
 
 
 @cli
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/analysis", help="output folder (default: runs/analysis)")
     ap.add_argument("--format", nargs="+", default=["png", "svg"], choices=["png", "svg", "pdf"])
     args = ap.parse_args(argv)
-    records = read_records(args.records)
+    records = read_sweep_records(args.records)
     if not records:
         raise OuroborosError(f"no records in {args.records!r}")
     written = write_report(records, args.out, args.format)

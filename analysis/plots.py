@@ -163,8 +163,9 @@ def slug(text: str) -> str:
 
 def all_figures(records: Sequence[dict]) -> dict[str, Figure]:
     figs: dict[str, Figure] = {}
+    points = list({r["point_id"]: r for r in records}.values())  # curves and pool figures: each point once
     for param in CURVE_PARAMS:
-        fig = speedup_curve(records, param)
+        fig = speedup_curve(points, param)
         if fig is not None:
             figs[f"speedup_vs_{param}"] = fig
     by_sweep: dict[str, list[dict]] = {}
@@ -175,7 +176,7 @@ def all_figures(records: Sequence[dict]) -> dict[str, Figure]:
             fig = speedup_bars(rs, f"Speedup per point: sweep '{name}'")
             if fig is not None:
                 figs[f"bars_{slug(name)}"] = fig
-    for r in records:
+    for r in points:
         if sum(k.startswith("pool_") for k in figs) >= MAX_POOL_FIGURES:
             break
         fig = pool_over_run(r)

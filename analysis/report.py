@@ -26,12 +26,14 @@ COLUMNS = ("point", "sweep", "model", "dataset", "backend", "prompts", "new_toke
 
 
 def latest(records: Sequence[dict]) -> list[dict]:
-    """One record per point_id (the latest), in first-seen order."""
-    order: dict[str, dict] = {}
+    """One record per (point_id, sweep) (the latest), in first-seen order: a point two sweeps share (see
+    ouroboros.sinks.read_sweep_records) stays in both."""
+    order: dict[tuple[str, Any], dict] = {}
     for r in records:
-        prev = order.get(r["point_id"])
+        key = (r["point_id"], r.get("sweep"))
+        prev = order.get(key)
         if prev is None or r.get("time", 0) >= prev.get("time", 0):
-            order[r["point_id"]] = r
+            order[key] = r
     return list(order.values())
 
 

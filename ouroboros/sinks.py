@@ -52,6 +52,31 @@ def _parse_lines(data: bytes, where: str) -> list[dict]:
 
 def read_records(path: str | os.PathLike) -> list[dict]:
     """Records from a .jsonl file or every *.jsonl under a folder (sorted by path, then file order)."""
+    return [r for r in _read_lines(path) if "point_id" in r]
+
+
+def read_sweep_records(path: str | os.PathLike) -> list[dict]:
+    """`read_records`, plus for every sweep manifest (`sweep_manifest`) that names a point recorded under another
+    sweep, a copy of that record under the manifest's sweep and label: a point two sweeps share (measured once,
+    resumed by the second) shows in both sweeps' tables and plots."""
+    lines = _read_lines(path)
+    records = [r for r in lines if "point_id" in r]
+    latest = {r["point_id"]: r for r in records}
+    seen = {(r["point_id"], r.get("sweep")) for r in records}
+    for m in (x for x in lines if x.get("kind") == "sweep_manifest"):
+        for pid, label in m.get("points", []):
+            if pid in latest and (pid, m.get("sweep")) not in seen:
+                records.append({**latest[pid], "sweep": m.get("sweep"), "label": label})
+                seen.add((pid, m.get("sweep")))
+    return records
+
+
+def sweep_manifest(sweep: str, points: list[tuple[str, str]]) -> dict:
+    """The line a sweep appends when it ends: its name and its (point_id, label) pairs, measured or resumed."""
+    return {"kind": "sweep_manifest", "sweep": sweep, "points": [list(p) for p in points], "time": time.time()}
+
+
+def _read_lines(path: str | os.PathLike) -> list[dict]:
     p = Path(path)
     if p.is_dir():
         files = sorted(p.rglob("*.jsonl"))
@@ -63,7 +88,7 @@ def read_records(path: str | os.PathLike) -> list[dict]:
         raise OuroborosError(f"no records at {str(path)!r}")
     out: list[dict] = []
     for f in files:
-        out += [r for r in _parse_lines(f.read_bytes(), str(f)) if isinstance(r, dict) and "point_id" in r]
+        out += [r for r in _parse_lines(f.read_bytes(), str(f)) if isinstance(r, dict)]
     return out
 
 

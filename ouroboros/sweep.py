@@ -42,7 +42,7 @@ from ouroboros.run import (
     label_of,
     make_executor,
 )
-from ouroboros.sinks import RecordFile, summary_line
+from ouroboros.sinks import RecordFile, summary_line, sweep_manifest
 from ouroboros.strategies import REGISTRY, field_types
 
 GROUPS = ("model", "strategy", "dataset", "backend", "hardware", "logger", "sweep")
@@ -203,6 +203,8 @@ def sweep_main(cfg: DictConfig) -> list[dict]:
     ex.on_record = None  # run_points prints the summary line
     with counted(ex):   # a Ctrl-C anywhere from here on: "interrupted: N points recorded"
         records = run_points(points, ex)
+        if ex.records is not None and records:
+            ex.records.append(sweep_manifest(ex.sweep, [(r["point_id"], r["label"]) for r in records]))
         if multirun:    # one table and one summary wandb run for the whole -m run: MultirunTable, at its end
             Path(hc.runtime.output_dir, "points.json").write_text(json.dumps([r["point_id"] for r in records]))
             return records

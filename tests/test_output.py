@@ -32,3 +32,22 @@ def test_multirun_prints_one_table_and_writes_one_summary_run(tmp_path):
     assert res.stderr.count("note: simulating the default hardware") == 1
     runs = sorted((wb / "wandb").glob("offline-run-*"))
     assert len(runs) == 4   # vanilla, gamma=2, gamma=4, and the one summary run
+
+
+def test_a_point_two_sweeps_share_is_in_both(tmp_path):
+    """Sweep A measures speculative gamma=2; sweep B resumes it (no second measurement, no second record); the
+    analysis sees it in both sweeps, under each sweep's label."""
+    from analysis.report import table_rows
+
+    from ouroboros.sinks import read_records, read_sweep_records
+
+    out = tmp_path / "r.jsonl"
+    common = ["model=llama70b_7b", "dataset.num_prompts=2", "max_new_tokens=8", "logger=quiet", f"out={out}"]
+    for name in ("first", "second"):
+        res = run_module("ouroboros.sweep", *common, "sweep=single", f"sweep.name={name}", "strategy=speculative",
+                         "strategy.params.gamma=2", tmp=tmp_path)
+        assert res.code == 0, res.err
+    assert len(read_records(out)) == 2                       # vanilla + gamma=2, measured once
+    rows = table_rows(read_sweep_records(out))
+    assert sorted((r["sweep"], r["point"]) for r in rows) == [
+        ("first", "speculative gamma=2"), ("first", "vanilla"), ("second", "speculative gamma=2"), ("second", "vanilla")]
