@@ -22,7 +22,7 @@ from typing import Any
 from ouroboros.metrics import RunResult, combine_summaries, speedup
 
 COLUMNS = ("point", "sweep", "model", "dataset", "backend", "prompts", "new_tokens", "seconds", "tokens_per_s",
-           "speedup", "block_efficiency", "accepted_length", "match_per_forward", "identical")
+           "speedup", "speedup_specbench", "block_efficiency", "accepted_length", "match_per_forward", "identical")
 
 
 def latest(records: Sequence[dict]) -> list[dict]:
@@ -71,6 +71,8 @@ def table_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
                      "new_tokens": t["new_tokens"], "seconds": round(t["elapsed_s"], 4),
                      "tokens_per_s": round(t["tokens_per_s"], 2),
                      "speedup": None if r.get("speedup") is None else round(r["speedup"], 3),
+                     "speedup_specbench": (None if r.get("speedup_specbench") is None
+                                           else round(r["speedup_specbench"], 3)),
                      "block_efficiency": round(t["block_efficiency"], 3),
                      "accepted_length": round(t["accepted_length"], 3),
                      "match_per_forward": round(t["match_per_forward"], 3),

@@ -147,6 +147,20 @@ def sum_stats(per_prompt: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def speedup_mean_speed(baseline: RunResult, other: RunResult) -> float:
+    """Spec-Bench's speedup: the mean over prompts of other's tokens/s over the mean of baseline's (its
+    evaluation/speed.py; `speedup` is the paper's, total time over total time). Same prompts in both runs."""
+    if [p.prompt_id for p in baseline.prompts] != [p.prompt_id for p in other.prompts]:
+        raise ValueError("speedup needs the same prompts in both runs")
+
+    def mean_speed(r: RunResult) -> float:
+        speeds = [p.new_tokens / p.elapsed_s for p in r.prompts if p.elapsed_s > 0]
+        return sum(speeds) / len(speeds) if speeds else 0.0
+
+    mb = mean_speed(baseline)
+    return mean_speed(other) / mb if mb > 0 else float("inf")
+
+
 def speedup(baseline: RunResult, other: RunResult) -> float:
     """baseline elapsed / other elapsed over the same prompts (raises if the prompt sets differ)."""
     a = [p.prompt_id for p in baseline.prompts]

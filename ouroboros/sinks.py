@@ -189,6 +189,8 @@ def point_metrics(rec: dict) -> dict[str, float]:
                                               "target_forwards", "draft_forwards", "draft_tokens")}
     if rec.get("speedup") is not None:
         m["speedup"] = rec["speedup"]
+    if rec.get("speedup_specbench") is not None:
+        m["speedup_specbench"] = rec["speedup_specbench"]
     for k in ("draft_s", "verify_s", "other_s", "prefill_s"):
         m[f"time/{k}"] = t[k]
         m[f"time/{k[:-2]}_frac"] = t[k] / t["elapsed_s"] if t["elapsed_s"] > 0 else 0.0

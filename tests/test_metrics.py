@@ -39,3 +39,20 @@ def test_totals_golden_and_equal_to_the_summaries_aggregate():
 def test_counters_add_and_pool_sizes_keep_the_last_value():
     assert _run().totals()["proposer_stats"] == {"lookups": 3, "hits": 2, "pool_phrases": 9, "draft.pool_bytes": 140}
     assert sum_stats([]) == {}
+
+
+def test_speedup_paper_vs_specbench_golden():
+    """Paper: total time over total time; Spec-Bench: mean per-prompt speed over the baseline's mean speed.
+    Baseline: 10 tokens in 10 s and 10 in 1 s (1 and 10 tok/s: mean 5.5); other: 10 in 5 s and 10 in 1 s (2, 10:
+    mean 6). Paper 11 / 6 = 1.833x; Spec-Bench 6 / 5.5 = 1.091x."""
+    from ouroboros.metrics import speedup, speedup_mean_speed
+
+    def run(times):
+        return RunResult("x", [PromptResult(str(i), 3, list(range(10)), t, 0.0, "budget", []) for i, t in
+                               enumerate(times)])
+
+    base, other = run([10.0, 1.0]), run([5.0, 1.0])
+    assert speedup(base, other) == pytest.approx(11 / 6)
+    assert speedup_mean_speed(base, other) == pytest.approx(6 / 5.5)
+    with pytest.raises(ValueError):
+        speedup_mean_speed(base, run([1.0]))
