@@ -183,6 +183,8 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
     kind = run.backend_kind
     if kind == "sim" and not run.hardware:
         raise OuroborosError("backend=sim needs a hardware profile (e.g. hardware=a800x2)")
+    if kind == "sim":
+        check_sim(run)
     if kind == "hf" and run.model.get("kind") in SIM_MODEL_KINDS:
         raise OuroborosError(f"model kind {run.model['kind']!r} is a simulator profile: use backend=sim")
     if kind == "hf":
@@ -199,6 +201,23 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
                              f"{run.logger.wandb.mode!r}")
     check_outputs(run)
     return run
+
+
+def check_sim(run: RunConfig) -> None:
+    """What the simulator would refuse at load time, checked now (cheap: no token source is built): its options,
+    the pair's profile, the hardware and placement, whether the pair fits the memory, its cost models."""
+    from simulators.cost_model import check_fits
+    from simulators.hardware import Hardware
+    from simulators.pair import pair_costs, sim_options
+    from simulators.profiles import PairProfile
+
+    opts = sim_options(run.sim)
+    prof = PairProfile.from_model_cfg(run.model)
+    hw = Hardware.from_dict(run.hardware or {})
+    if opts["placement"] or opts["devices"]:
+        hw = hw.with_placement(opts["placement"], opts["devices"])
+    check_fits(prof.target, prof.draft, hw, opts["dtype"], int(opts["ctx"]))
+    pair_costs(prof, hw, opts)
 
 
 def check_outputs(run: RunConfig) -> None:

@@ -91,6 +91,9 @@ ROWS = [
     ("analysis", ["{out}", "--format", "gif"], "invalid choice: 'gif'"),
     ("ouroboros.specbench", ["{tmp}/nope.jsonl"], "no records at"),
     ("ouroboros.specbench", ["{tmp}/empty"], "no records in"),
+    ("ouroboros.sweep", ['sweep.grid=["hardware=a800x2,h200"]', "sweep=single"], "but h200 has 140 GB usable"),
+    ("ouroboros.run", ["sim.tokens=oracle"], "unknown sim.tokens 'oracle'"),
+    ("ouroboros.run", ["sim.placement=diagonal"], "placement"),
     # files and folders to write
     ("ouroboros.run", ["out={tmp}"], "is a directory"),
     ("ouroboros.run", ["out=/proc/x/r.jsonl"], "out: cannot write"),
