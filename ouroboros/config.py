@@ -174,6 +174,9 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
     if "kind" not in run.dataset:
         raise OuroborosError("dataset config has no 'kind' (pick one with dataset=<name>)")
     load_records(run.dataset, run.seed)   # files read and parsed, ids and limit checked (no tokenizer needed)
+    if run.model.get("kind") == "tiny" and run.dataset["kind"] != "synthetic" and run.backend_kind == "hf":
+        raise OuroborosError(f"dataset {run.dataset['kind']!r} needs a tokenizer; the tiny random model has none "
+                             "(use dataset=synthetic)")
     SamplingConfig(**dataclasses.asdict(run.sampling))  # range checks (one line each)
     if not run.sampling.greedy and run.backend_kind == "sim" and run.sim.get("tokens", "surrogate") != "proxy":
         raise OuroborosError("sampling needs real next-token distributions: use backend=hf, or backend=sim with "

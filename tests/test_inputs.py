@@ -70,6 +70,7 @@ ROWS = [
     ("ouroboros.run", ["model=tiny", "backend.device=gpu0"], "backend.device must be cpu, cuda, cuda:N or auto"),
     ("ouroboros.run", ["model=tiny", "backend.dtype=float8"], "unknown dtype 'float8'"),
     ("ouroboros.run", ["model=tiny", "backend.threads=-1"], "backend.threads must be >= 0"),
+    ("ouroboros.run", ["model=tiny", "dataset=text", "dataset.path={tmp}/ok.txt"], "the tiny random model has none"),
     # the argparse entry points: one line too (not usage + error)
     ("ouroboros.fetch", [], "the following arguments are required: names"),
     ("ouroboros.fetch", ["nope", "--cache-dir", "{tmp}/cache"], "unknown name 'nope'"),
