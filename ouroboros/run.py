@@ -45,6 +45,7 @@ from ouroboros.config import (
     validate,
 )
 from ouroboros.datasets import Prompt, fit_context, load_prompts
+from ouroboros.divergence import divergences
 from ouroboros.harness import StrategyRun, run_strategy
 from ouroboros.metrics import PromptResult, RunResult, speedup, speedup_mean_speed, step_dict
 from ouroboros.sinks import SCHEMA_VERSION, RecordFile, WandbMirror, summary_line
@@ -61,6 +62,7 @@ class Session:
     prompts: list[Prompt]
     hardware: dict[str, Any]         # what the clock measures: this machine (hf) or the profile (sim)
     tokenizer: Any = None            # decodes outputs into the record's `text` (None: ids only)
+    margin: Callable[[list[int]], float] | None = None   # target's top-2 logit margin after a prefix (hf only)
 
 
 def _pair_key(run: RunConfig) -> str:
@@ -127,7 +129,13 @@ def open_session(run: RunConfig) -> Session:
         hardware = {**(run.hardware or {}), **{k: run.sim[k] for k in ("placement", "devices") if run.sim.get(k)}}
     else:
         hardware = machine_info()
-    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware, tokenizer)
+    margin = None
+    if run.backend_kind == "hf":
+        from ouroboros.backends.hf import HFBackend
+
+        assert isinstance(target, HFBackend)
+        margin = target.top2_margin
+    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware, tokenizer, margin)
 
 
 @functools.cache
@@ -174,10 +182,11 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
             s["steps"] = [step_dict(r) for r in p.steps]
         prompts.append(s)
     budgets = sorted({p.max_new_tokens or run.max_new_tokens for p in session.prompts})
-    same = None
+    same, diverged = None, []
     if baseline is not None:
         n_same = sum(a.output == b.output for a, b in zip(baseline.prompts, result.prompts, strict=True))
         same = f"{n_same}/{len(result.prompts)}"
+        diverged = divergences(baseline, result, {q.id: q.ids for q in session.prompts}, session.margin)
     return {"schema": SCHEMA_VERSION, "record_id": uuid.uuid4().hex, "point_id": point_id(point_key(run)),
             "baseline_id": baseline_id, "time": time.time(), "sweep": sweep, "label": label,
             "max_new_tokens": budgets[0] if len(budgets) == 1 else budgets,   # the budget(s) the prompts had
@@ -186,7 +195,8 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
             "config": dataclasses.asdict(run), "totals": result.totals(),
             "speedup": speedup(baseline, result) if baseline is not None else None,
             "speedup_specbench": speedup_mean_speed(baseline, result) if baseline is not None else None,
-            "identical_to_baseline": same, "prompts": prompts}
+            "identical_to_baseline": same, "divergences": [dataclasses.asdict(d) for d in diverged],
+            "prompts": prompts}
 
 
 def decode_text(tokenizer: Any, ids: list[int]) -> str:
@@ -249,6 +259,11 @@ def format_table(records: list[dict]) -> str:
                      f"{r.get('identical_to_baseline') or '-':>9}")
     lines.append("speedup: baseline time / time (the paper's); SB spd: mean per-prompt tok/s over the baseline's "
                  "(Spec-Bench's)")
+    for r in records:
+        for d in r.get("divergences") or []:
+            m = "?" if d["margin"] is None else f"{d['margin']:.3f}"
+            lines.append(f"differs: {r['label']} prompt {d['prompt_id']} at output position {d['position']} "
+                         f"(baseline {d['baseline_token']}, this {d['other_token']}); target top-2 logit margin {m}")
     return "\n".join(lines)
 
 

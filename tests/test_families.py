@@ -117,3 +117,22 @@ def test_cli_refuses_trees_before_measuring(tmp_path):
     assert res.code == 0, res.err
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["strategy"] for r in recs] == ["vanilla", "speculative"] and recs[1]["identical_to_baseline"]
+
+
+def test_top2_margin_and_record_divergences(tmp_path):
+    """HFBackend.top2_margin is the reference's top-1 minus top-2 logit; a record lists no divergence when the
+    outputs are identical (the fp64 runs here)."""
+    m = model("llama")
+    with torch.no_grad():
+        logits = m(torch.tensor([[3, 5, 7]])).logits[0, -1]
+    top = torch.topk(logits, 2).values
+    assert HFBackend(m).top2_margin([3, 5, 7]) == pytest.approx(float(top[0] - top[1]))
+    from cli_helper import run_module
+
+    out = tmp_path / "r.jsonl"
+    res = run_module("ouroboros.run", "model=tiny", "model.hidden_size=64", "model.vocab_size=128",
+                     "dataset.num_prompts=2", "max_new_tokens=6", f"out={out}", "logger=quiet", "strategy=pld",
+                     "backend.dtype=float64", tmp=tmp_path)
+    assert res.code == 0, res.err
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert recs[1]["identical_to_baseline"] == "2/2" and recs[1]["divergences"] == []

@@ -56,3 +56,18 @@ def test_speedup_paper_vs_specbench_golden():
     assert speedup_mean_speed(base, other) == pytest.approx(6 / 5.5)
     with pytest.raises(ValueError):
         speedup_mean_speed(base, run([1.0]))
+
+
+def test_divergences_golden():
+    from ouroboros.divergence import Divergence, divergences, first_difference
+
+    assert first_difference([5, 6, 7], [5, 6, 9]) == 2 and first_difference([5, 6], [5, 6, 1]) == 2
+    assert first_difference([1], [1]) is None
+
+    def run(outs):
+        return RunResult("x", [PromptResult(str(i), 2, o, 1.0, 0.0, "budget", []) for i, o in enumerate(outs)])
+
+    seen = []
+    got = divergences(run([[5, 6, 7], [1, 2]]), run([[5, 6, 9], [1, 2]]), {"0": [3, 4], "1": [8]},
+                      lambda prefix: seen.append(prefix) or 0.25)
+    assert got == [Divergence("0", 2, 7, 9, 0.25)] and seen == [[3, 4, 5, 6]]

@@ -135,6 +135,15 @@ class HFBackend:
         return out.logits[0]  # [keep, V]
 
     @torch.inference_mode()
+    def top2_margin(self, prefix: list[int]) -> float:
+        """The target's top-1 minus top-2 logit after `prefix`, from a fresh forward (the cache is not touched):
+        how close a divergence's position is to a tie (ouroboros/divergence.py)."""
+        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)  # [1, L]
+        logits = self.model(input_ids=ids, logits_to_keep=1, use_cache=False).logits[0, -1]  # [V]
+        top = torch.topk(logits.float(), 2).values
+        return float(top[0] - top[1])
+
+    @torch.inference_mode()
     def prefill(self, prompt: list[int]) -> None:
         if len(prompt) == 0:
             raise OuroborosError("empty prompt: give at least one token")

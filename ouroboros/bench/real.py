@@ -43,6 +43,7 @@ from ouroboros.backends.base import Backend, OuroborosError, cli
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import Prompt, load_prompts
 from ouroboros.decode import decode
+from ouroboros.divergence import Divergence, divergences
 from ouroboros.harness import verifier_for
 from ouroboros.metrics import PromptResult, RunResult, StepRecord, speedup, step_dict
 from ouroboros.models import LoadedPair, load_pair
@@ -107,37 +108,6 @@ def parse_kind(items: list[str], what: str) -> dict[str, Any]:
         example = "qwen-coder" if what == "model" else "humaneval"
         raise OuroborosError(f"--{what} needs a kind (e.g. --{what} {example})")
     return cfg
-
-
-@dataclass
-class Divergence:
-    prompt_id: str
-    position: int         # first output index where the run differs from vanilla
-    vanilla_token: int
-    other_token: int
-    margin: float | None  # target's top-1 minus top-2 logit after prompt + vanilla[:position]
-
-
-@torch.inference_mode()
-def top2_margin(model, prefix: list[int]) -> float:
-    device = model.get_input_embeddings().weight.device
-    logits = model(input_ids=torch.tensor([prefix], device=device), logits_to_keep=1).logits[0, -1]  # [V]
-    top = torch.topk(logits.float(), 2).values
-    return float(top[0] - top[1])
-
-
-def divergences(base: RunResult, other: RunResult, prompts: list[Prompt], model) -> list[Divergence]:
-    out = []
-    for b, o, p in zip(base.prompts, other.prompts, prompts, strict=True):
-        if b.output == o.output:
-            continue
-        pos = next((i for i, (x, y) in enumerate(zip(b.output, o.output, strict=False)) if x != y),
-                   min(len(b.output), len(o.output)))
-        v_tok = b.output[pos] if pos < len(b.output) else -1
-        o_tok = o.output[pos] if pos < len(o.output) else -1
-        margin = top2_margin(model, p.ids + b.output[:pos]) if model is not None else None
-        out.append(Divergence(p.id, pos, v_tok, o_tok, margin))
-    return out
 
 
 def format_table(results: list[RunResult], base: RunResult, identical: dict[str, int]) -> str:
@@ -427,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     if sampling.greedy:  # sampled runs draw from the same distribution but consume their streams differently
         identical = {r.strategy: sum(a.output == b.output for a, b in zip(base.prompts, r.prompts, strict=True))
                      for r in results[1:]}
-        divs = {r.strategy: divergences(base, r, prompts, pair.target) for r in results[1:]}
+        margin = target_margin(pair.target)
+        divs = {r.strategy: divergences(base, r, {p.id: p.ids for p in prompts}, margin) for r in results[1:]}
     print(format_table(results, base, identical))
     for line in ratio_lines(specs, results):
         print(line)
@@ -435,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         for d in ds[: args.show_divergences]:
             m = f"{d.margin:.3f}" if d.margin is not None else "?"
             print(f"{name}: prompt {d.prompt_id} diverges at output position {d.position} "
-                  f"(vanilla {d.vanilla_token}, this {d.other_token}); target top-2 logit margin there {m}")
+                  f"(vanilla {d.baseline_token}, this {d.other_token}); target top-2 logit margin there {m}")
         if len(ds) > args.show_divergences:
             print(f"{name}: ... {len(ds) - args.show_divergences} more divergent prompts")
     if args.out:
@@ -448,6 +419,19 @@ def main(argv: list[str] | None = None) -> int:
                 f.write(json.dumps({"question_id": p.id, "answer": text}) + "\n")
         print(f"vanilla outputs written to {args.save_outputs}")
     return 0
+
+
+def target_margin(model):
+    """The top-2 logit margin of a stock model after a prefix (ouroboros/divergence.py's callable)."""
+
+    @torch.inference_mode()
+    def margin(prefix: list[int]) -> float:
+        device = model.get_input_embeddings().weight.device
+        logits = model(input_ids=torch.tensor([prefix], device=device), logits_to_keep=1).logits[0, -1]  # [V]
+        top = torch.topk(logits.float(), 2).values
+        return float(top[0] - top[1])
+
+    return margin
 
 
 if __name__ == "__main__":
