@@ -34,7 +34,7 @@ from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import load_records
 from ouroboros.paths import check_writable
 from ouroboros.sampling import SamplingConfig
-from ouroboros.strategies import check_files, default_params, get_spec, make_config
+from ouroboros.strategies import check_files, default_params, get_spec, is_peer, make_config
 
 BACKEND_KINDS = ("hf", "sim", "auto")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -167,6 +167,9 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
         raise OuroborosError(f"seed must be >= 0, got {run.seed}")
     spec = get_spec(run.strategy.name)
     check_files(run.strategy.name, run.strategy.params)
+    if is_peer(run.strategy.name) and run.backend_kind != "hf":
+        raise OuroborosError(f"strategy '{run.strategy.name}' is transformers' own generate: it runs on real models "
+                             "(backend=hf), not on the simulator")
     if run.baseline is not None:
         get_spec(run.baseline)
     if "kind" not in run.model and "profile" not in run.model:

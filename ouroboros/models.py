@@ -83,7 +83,7 @@ def load_pair(model: dict, dtype: str = "float32", device: str = "cpu") -> Loade
 
 def load_tiny_pair(family: str = "llama", seed: int = 0, draft_noise: float = 0.05, vocab_size: int = 512,
                    hidden_size: int = 256, layers: int = 4, draft_layers: int = 2, dtype: str = "float32",
-                   device: str = "cpu") -> LoadedPair:
+                   device: str = "cpu", eos_id: int | None = None) -> LoadedPair:
     """A random-init target and a smaller draft distilled-by-construction: the draft shares the target's
     embeddings/head and first `draft_layers` layers (plus weight noise), so it agrees often but not always."""
     from ouroboros.tiny import perturbed, tiny_model
@@ -94,7 +94,7 @@ def load_tiny_pair(family: str = "llama", seed: int = 0, draft_noise: float = 0.
     draft = perturbed(target, draft_noise, seed=seed + 1)
     if draft_layers < layers:
         keep_layers(draft, draft_layers)
-    return LoadedPair(target.to(device), draft.to(device), None, ())
+    return LoadedPair(target.to(device), draft.to(device), None, () if eos_id is None else (int(eos_id),))
 
 
 def keep_layers(model, n: int) -> None:

@@ -24,8 +24,8 @@ Knows nothing of our strategies or the decode loop.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,21 +33,9 @@ from tqdm.auto import tqdm
 
 from ouroboros.backends.base import OuroborosError, WallClock
 from ouroboros.metrics import PromptResult, RunResult, StepRecord
+from ouroboros.peer_configs import PEERS
 from ouroboros.sampling import SamplingConfig, stream_seed
-
-
-@dataclass(frozen=True)
-class PeerSpec:
-    needs_draft: bool
-    defaults: dict[str, Any] = field(default_factory=dict)
-
-
-PEERS: dict[str, PeerSpec] = {
-    "hf_greedy": PeerSpec(False),
-    "hf_assisted": PeerSpec(True, {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
-                                   "assistant_confidence_threshold": 0.4}),   # transformers' global defaults
-    "hf_pld": PeerSpec(False, {"prompt_lookup_num_tokens": 10, "max_matching_ngram_size": 2}),
-}
+from ouroboros.strategies import make_config
 
 
 def is_peer(name: str) -> bool:
@@ -55,16 +43,10 @@ def is_peer(name: str) -> bool:
 
 
 def check_peer(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
-    """Validated params (defaults filled in) or a one-line error."""
+    """Validated params (defaults filled in, types checked against ouroboros/peer_configs.py) or a one-line error."""
     if name not in PEERS:
         raise OuroborosError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
-    spec = PEERS[name]
-    params = dict(params or {})
-    unknown = sorted(set(params) - set(spec.defaults))
-    if unknown:
-        opts = ", ".join(spec.defaults) or "none"
-        raise OuroborosError(f"peer {name!r} has no option {unknown[0]!r}; options: {opts}")
-    return {**spec.defaults, **params}
+    return dataclasses.asdict(make_config(name, params))
 
 
 class _StepTap:
@@ -191,7 +173,7 @@ def generate_one(name: str, params: dict[str, Any], target, draft, prompt: Seque
 def check_peer_models(name: str, draft, eos_ids: Sequence[int]) -> None:
     if not eos_ids:
         raise OuroborosError(f"peer {name!r} needs the model's EOS ids (generate would fall back to its own)")
-    if PEERS[name].needs_draft and draft is None:
+    if PEERS[name].needs_draft_model and draft is None:
         raise OuroborosError(f"peer {name!r} needs a draft model (set model.draft)")
 
 

@@ -49,7 +49,7 @@ from ouroboros.divergence import divergences
 from ouroboros.harness import StrategyRun, run_strategy
 from ouroboros.metrics import PromptResult, RunResult, speedup, speedup_mean_speed, step_dict
 from ouroboros.sinks import SCHEMA_VERSION, RecordFile, WandbMirror, summary_line
-from ouroboros.strategies import check_trees, get_spec
+from ouroboros.strategies import check_trees, get_spec, is_peer
 
 
 # ----------------------------------------------------------------------------------------------- sessions
@@ -97,6 +97,14 @@ def session_prompts(run: RunConfig, tokenizer: Any, vocab_size: int, sim_pair: A
     if sim_pair is not None and run.dataset.get("kind") == "synthetic":
         return sim_pair.default_prompts(int(run.dataset.get("num_prompts", 8)), run.seed)
     return load_prompts(run.dataset, tokenizer, vocab_size, run.seed)
+
+
+def stock_models(sess: Session) -> tuple[Any, Any]:
+    """The transformers models behind an hf session's backends (the peers call their `generate`)."""
+    from ouroboros.backends.hf import HFBackend
+
+    assert isinstance(sess.target, HFBackend) and (sess.draft is None or isinstance(sess.draft, HFBackend))
+    return sess.target.model, (sess.draft.model if sess.draft is not None else None)
 
 
 def machine_info() -> dict[str, Any]:
@@ -318,6 +326,10 @@ class Executor:
             if self._done(p.id) is None:
                 sess = self.session(p.run)
                 name = p.run.strategy.name
+                if is_peer(name):
+                    from ouroboros.peers import check_peer_models
+
+                    check_peer_models(name, stock_models(sess)[1], sess.eos_ids)
                 check_trees(name, sess.target, sess.draft if get_spec(name).needs_draft_model else None)
 
     def _done(self, pid: str) -> dict | None:
@@ -357,10 +369,19 @@ class Executor:
         run = point.run
         sess = self.session(run)
         budgets = [p.max_new_tokens or run.max_new_tokens for p in sess.prompts]
-        result = run_strategy(StrategyRun(run.strategy.name, dict(run.strategy.params), point.label), sess.target,
-                              sess.draft, [p.ids for p in sess.prompts], budgets, sess.eos_ids,
+        if is_peer(run.strategy.name):   # transformers' own generate, on the same prompts, same record shape
+            from ouroboros.peers import run_peer
+
+            target, draft = stock_models(sess)
+            result = run_peer(run.strategy.name, dict(run.strategy.params), target, draft,
+                              [p.ids for p in sess.prompts], budgets, sess.eos_ids,
                               prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup, progress=self.progress,
-                              sampling=run.sampling)
+                              label=point.label, sampling=run.sampling)
+        else:
+            result = run_strategy(StrategyRun(run.strategy.name, dict(run.strategy.params), point.label),
+                                  sess.target, sess.draft, [p.ids for p in sess.prompts], budgets, sess.eos_ids,
+                                  prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup,
+                                  progress=self.progress, sampling=run.sampling)
         if run.strategy.name == run.baseline:
             base, baseline_id = result, point.id
         self._results[point.id] = result

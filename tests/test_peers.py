@@ -72,8 +72,10 @@ def test_assistant_settings_are_restored(setup):
 
 @pytest.mark.parametrize("name, params, msg", [
     ("hf_beam", {}, "unknown peer 'hf_beam'"),
-    ("hf_pld", {"gamma": 3}, "peer 'hf_pld' has no option 'gamma'"),
-    ("hf_greedy", {"x": 1}, "options: none"),
+    ("hf_pld", {"gamma": 3}, "'hf_pld' has no option 'gamma'; options: max_matching_ngram_size"),
+    ("hf_greedy", {"x": 1}, "'hf_greedy' has no option 'x'"),
+    ("hf_assisted", {"num_assistant_tokens": 2.5}, "num_assistant_tokens must be an int"),
+    ("hf_assisted", {"num_assistant_tokens_schedule": "fast"}, "must be constant, heuristic"),
 ])
 def test_bad_peer_specs(name, params, msg):
     with pytest.raises(OuroborosError, match=msg):
@@ -152,7 +154,7 @@ def test_divergence_reports_position_and_margin(setup):
     from ouroboros.datasets import Prompt
 
     ps = [Prompt(str(i), p) for i, p in enumerate(prompts)]
-    divs = real.divergences(vanilla, other, ps, target)
+    divs = real.divergences(vanilla, other, {p.id: p.ids for p in ps}, real.target_margin(target))
     assert [(d.prompt_id, d.position) for d in divs] == [("1", 5)]
     with torch.no_grad():
         logits = target(input_ids=torch.tensor([prompts[1] + vanilla.prompts[1].output[:5]])).logits[0, -1]
@@ -295,3 +297,28 @@ def test_bench_forward_times_both_kernels(tmp_path, capsys):
     assert "--ks need k >= 1" in capsys.readouterr().err
     assert forward.main([*model, "--which", "draft"]) == 2
     assert "has no draft" in capsys.readouterr().err
+
+
+def test_real_compare_sweep_with_peers_and_analysis(tmp_path):
+    """`sweep=real_compare` on the tiny hf pair (fp64): our strategies and the three peers are points of one sweep,
+    written as the same records (peers identical to our vanilla), drawn by `python -m analysis`; a peer on the
+    simulator is one error line."""
+    import json as _json
+
+    from cli_helper import run_module
+
+    out = tmp_path / "r.jsonl"
+    common = ["model=tiny", "model.hidden_size=64", "model.vocab_size=128", "model.eos_id=1", "backend.dtype=float64",
+              "dataset.num_prompts=2", "max_new_tokens=6", f"out={out}", "logger=quiet"]
+    res = run_module("ouroboros.sweep", *common, "sweep=real_compare", tmp=tmp_path)
+    assert res.code == 0, res.err
+    recs = [r for r in map(_json.loads, out.read_text().splitlines()) if "point_id" in r]
+    assert [r["strategy"] for r in recs] == ["vanilla", "speculative", "pld", "ouroboros", "hf_greedy", "hf_assisted",
+                                             "hf_pld"]
+    assert all(r["identical_to_baseline"] == "2/2" for r in recs[1:])
+    assert recs[5]["params"]["num_assistant_tokens"] == 3 and "hf_assisted" in recs[5]["label"]
+    res = run_module("analysis", str(out), "--out", str(tmp_path / "an"))
+    assert res.code == 0, res.err
+    assert "hf_assisted" in (tmp_path / "an" / "table.md").read_text()
+    res = run_module("ouroboros.run", "model=llama70b_7b", "strategy=hf_pld", f"out={out}", tmp=tmp_path)
+    assert res.code == 2 and res.err.startswith("error: strategy 'hf_pld' is transformers' own generate")

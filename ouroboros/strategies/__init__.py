@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.peer_configs import PEERS, PeerSpec
 from ouroboros.strategies.base import ChecksFiles, DecodeState, Proposer
 from ouroboros.strategies.cascade import CascadeConfig, CascadeProposer
 from ouroboros.strategies.lookahead import LookaheadConfig, LookaheadProposer
@@ -30,6 +31,7 @@ from ouroboros.strategies.vanilla import VanillaConfig, VanillaProposer
 class StrategySpec:
     config: type
     proposer: Any   # a class implementing Proposer (its declared attributes are read below)
+    peer: bool = False
 
     @property
     def needs_draft_model(self) -> bool:
@@ -51,10 +53,18 @@ REGISTRY: dict[str, StrategySpec] = {
 }
 
 
-def get_spec(name: str) -> StrategySpec:
+def get_spec(name: str) -> StrategySpec | PeerSpec:
+    """A registered strategy, or a peer (transformers' own generate: ouroboros/peer_configs.py), by name."""
+    if name in PEERS:
+        return PEERS[name]
     if name not in REGISTRY:
-        raise OuroborosError(f"unknown strategy '{name}'; known: {', '.join(sorted(REGISTRY))}")
+        raise OuroborosError(f"unknown strategy '{name}'; known: {', '.join(sorted(REGISTRY))}; peers: "
+                             f"{', '.join(PEERS)}")
     return REGISTRY[name]
+
+
+def is_peer(name: str) -> bool:
+    return name in PEERS
 
 
 @functools.cache
@@ -147,11 +157,12 @@ def check_trees(name: str, target: Backend, draft: Backend | None = None) -> Non
 
 def build_proposer(name: str, params: dict[str, Any] | None, target: Backend, draft: Backend | None = None) -> Proposer:
     spec = get_spec(name)
+    if isinstance(spec, PeerSpec):
+        raise OuroborosError(f"{name} is a peer (transformers' generate), not a strategy of the decode loop")
     cfg = make_config(name, params)
     check_trees(name, target, draft)
     return spec.proposer(cfg, target, draft)
 
 
-__all__ = ["REGISTRY", "ChecksFiles", "DecodeState", "Proposer", "build_proposer", "check_files", "check_trees",
-           "check_type",
-           "default_params", "field_types", "get_spec", "make_config"]
+__all__ = ["PEERS", "REGISTRY", "ChecksFiles", "DecodeState", "Proposer", "build_proposer", "check_files",
+           "check_trees", "check_type", "default_params", "field_types", "get_spec", "is_peer", "make_config"]
