@@ -11,7 +11,6 @@ Knows nothing of real models.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import sys
@@ -19,6 +18,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from ouroboros.argparser import ArgumentParser
+from ouroboros.backends.base import cli
 from ouroboros.decode import decode
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.pair import make_pair
@@ -87,8 +88,9 @@ def grid(n_prompts: int, max_new: int, workers: int) -> None:
           f"{worst[1]['modelled_tps']:.2f} at {worst[0]}, std {statistics.pstdev(tps):.2f}")
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulators.bench", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m simulators.bench", description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["speed", "grid"])
     ap.add_argument("--prompts", type=int, default=None)
     ap.add_argument("--tokens", type=int, default=256)

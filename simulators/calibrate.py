@@ -14,7 +14,6 @@ Knows nothing of strategies.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import random
@@ -26,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.draft import Draft
 from simulators.cost_model import CostModel, FitPoint, FitReport, fit
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("paper", "decisions"):
         return profiles_main(argv[0], argv[1:])
-    ap = argparse.ArgumentParser(prog="python -m simulators.calibrate", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m simulators.calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen_coder", help="conf/model/<name>.yaml (needs a profile: section "
                                                           "naming the models, unless --names is given)")
     ap.add_argument("--names", default=None, help="target[,draft] names to store the fits under")
@@ -219,7 +219,7 @@ def profiles_main(what: str, argv: list[str]) -> int:
     """`calibrate paper`: the Yi-34B/6B per-task profiles from the published vanilla + SpS figures;
     `calibrate decisions`: a profile fitted to a real pair's recorded decisions (simulators/decisions.py)."""
 
-    ap = argparse.ArgumentParser(prog=f"python -m simulators.calibrate {what}")
+    ap = ArgumentParser(prog=f"python -m simulators.calibrate {what}")
     ap.add_argument("--prompts", type=int, default=16, help="paper: surrogate prompts per task")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out-dir", default=None, help="where profiles are written (default conf/sim/)")

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
@@ -183,7 +184,7 @@ def table(rows: list[Compared], hardware: str) -> str:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulators.realcheck", description=__doc__.splitlines()[0],
+    ap = ArgumentParser(prog="python -m simulators.realcheck", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strategies", default="vanilla,speculative:gamma=3,pld")
     ap.add_argument("--model", nargs="+", default=["qwen-coder"], help="the real pair (as in ouroboros.bench.real)")

@@ -37,13 +37,13 @@ speed-ups are the paper's 1.55x / 1.35x). Knows nothing of real models.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.decode import decode
 from ouroboros.strategies import build_proposer, get_spec
@@ -461,7 +461,7 @@ def closed_form(new_tokens: int, out=print) -> None:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simulators.validate", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m simulators.validate", description=__doc__.splitlines()[0])
     ap.add_argument("check", choices=["paper", "sensitivity", "closed-form", "copy-rate", "decisions"])
     ap.add_argument("--prompts", type=int, default=16, help="surrogate prompts per task (paper)")
     ap.add_argument("--tokens", type=int, default=200_000, help="tokens per point (closed-form)")

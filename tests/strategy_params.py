@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 PARAMS = {
     "vanilla": st.just({}),
-    "speculative": st.fixed_dictionaries({"gamma": st.integers(1, 8)}),
+    "speculative": st.fixed_dictionaries({"gamma": st.integers(1, 8), "schedule": st.sampled_from(["constant", "hf"])}),
     "pld": st.fixed_dictionaries({
         "max_ngram": st.integers(1, 4),
         "num_pred_tokens": st.integers(1, 8),
