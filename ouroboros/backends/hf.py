@@ -117,7 +117,7 @@ class HFBackend:
     def _tree_mask(self, parents: list[int], n_pending: int, base: int):
         """The tree's additive mask(s): one [1, 1, q, base + q] tensor, or one per layer type when layers
         mix full and sliding attention."""
-        kinds = {w for w in self._windows}
+        kinds = set(self._windows) or {None}  # a config that lists no layers: one full-attention mask
         masks = {w: additive_mask(parents, n_pending, base, self.dtype, self.device, window=w) for w in kinds}
         if len(masks) == 1:
             return next(iter(masks.values()))
