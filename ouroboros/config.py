@@ -211,19 +211,11 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
 
 def check_sim(run: RunConfig) -> None:
     """What the simulator would refuse at load time, checked now (cheap: no token source is built): its options,
-    the pair's profile, the hardware and placement, whether the pair fits the memory, its cost models."""
-    from simulators.cost_model import check_fits
-    from simulators.hardware import Hardware
-    from simulators.pair import pair_costs, sim_options
-    from simulators.profiles import PairProfile
+    the pair's profile and whether a calibration profile belongs to it, the hardware and placement, whether the
+    pair fits the memory, its cost models (simulators.pair.pair_setup, which make_pair runs too)."""
+    from simulators.pair import pair_setup
 
-    opts = sim_options(run.sim)
-    prof = PairProfile.from_model_cfg(run.model)
-    hw = Hardware.from_dict(run.hardware or {})
-    if opts["placement"] or opts["devices"]:
-        hw = hw.with_placement(opts["placement"], opts["devices"])
-    check_fits(prof.target, prof.draft, hw, opts["dtype"], int(opts["ctx"]))
-    pair_costs(prof, hw, opts)
+    pair_setup(run.model, run.hardware or {}, run.sim)
 
 
 def check_outputs(run: RunConfig) -> None:

@@ -124,8 +124,11 @@ def pair_costs(prof: PairProfile, hw: Hardware, opts: dict[str, Any]) -> dict[st
     return out
 
 
-def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, Any] | None = None,
-              seed: int = 0) -> SimPair:
+def pair_setup(model: dict[str, Any], hardware: dict[str, Any],
+               sim: dict[str, Any] | None = None) -> tuple[dict[str, Any], PairProfile, Hardware, dict[str, Any]]:
+    """(options, pair profile, hardware with its placement, cost models): everything `make_pair` checks before it
+    builds a token source (the profile's pair, the placement, the memory fit, the cost models); cheap, so
+    `ouroboros.config.validate` runs it for every point before anything is measured."""
     opts = sim_options(sim)
     prof = PairProfile.from_model_cfg(model)
     names = {prof.name, str(model.get("kind"))}
@@ -137,7 +140,12 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
     if opts["placement"] or opts["devices"]:
         hw = hw.with_placement(opts["placement"], opts["devices"])
     check_fits(prof.target, prof.draft, hw, opts["dtype"], int(opts["ctx"]))
-    costs = pair_costs(prof, hw, opts)
+    return opts, prof, hw, pair_costs(prof, hw, opts)
+
+
+def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, Any] | None = None,
+              seed: int = 0) -> SimPair:
+    opts, prof, hw, costs = pair_setup(model, hardware, sim)
     clock = SimClock()
     kind = opts["tokens"]
     if kind in ("surrogate", "iid"):
