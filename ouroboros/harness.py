@@ -7,7 +7,7 @@ selection never land in a measurement.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from ouroboros.backends.base import Backend
 from ouroboros.decode import Verifier, decode, greedy_verifier
-from ouroboros.metrics import RunResult
+from ouroboros.metrics import PromptResult, RunResult
 from ouroboros.sampling import SamplingConfig, SamplingVerifier
 from ouroboros.strategies import build_proposer, get_spec
 
@@ -42,19 +42,26 @@ def verifier_for(sampling: SamplingConfig | None) -> Verifier:
 def run_strategy(run: StrategyRun, target: Backend, draft: Backend | None, prompts: Sequence[Sequence[int]],
                  max_new_tokens: int | Sequence[int], eos_ids: Sequence[int] = (),
                  prompt_ids: Sequence[str] | None = None,
-                 warmup: bool = True, progress: bool = False, sampling: SamplingConfig | None = None) -> RunResult:
-    """`sampling=None` or temperature 0: greedy verification; else the exact sampling verifier."""
+                 warmup: bool = True, progress: bool = False, sampling: SamplingConfig | None = None,
+                 done: dict[str, PromptResult] | None = None,
+                 on_prompt: Callable[[PromptResult], None] | None = None) -> RunResult:
+    """`sampling=None` or temperature 0: greedy verification; else the exact sampling verifier. `done`: results
+    of prompts finished by an earlier, stopped run (kept, not decoded again); `on_prompt` is called with each
+    prompt decoded now, as soon as it finishes."""
     spec = get_spec(run.name)
     verifier = verifier_for(sampling)
     proposer = build_proposer(run.name, run.params, target, draft if spec.needs_draft_model else None)
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     ids = list(prompt_ids) if prompt_ids is not None else [str(i) for i in range(len(prompts))]
-    if warmup and prompts:
-        decode(target, proposer, prompts[0], min(8, budgets[0]), eos_ids, verifier=verifier)
-    results = []
-    for pid, prompt, budget in tqdm(list(zip(ids, prompts, budgets, strict=True)), desc=run.display,
-                                    disable=not progress, leave=False):
+    done = done or {}
+    todo = [(pid, p, b) for pid, p, b in zip(ids, prompts, budgets, strict=True) if pid not in done]
+    if warmup and todo:
+        decode(target, proposer, todo[0][1], min(8, todo[0][2]), eos_ids, verifier=verifier)
+    results = dict(done)
+    for pid, prompt, budget in tqdm(todo, desc=run.display, disable=not progress, leave=False):
         res = decode(target, proposer, prompt, budget, eos_ids, verifier=verifier, prompt_id=pid)
         proposer.checkpoint()
-        results.append(res)
-    return RunResult(strategy=run.display, prompts=results)
+        results[pid] = res
+        if on_prompt is not None:
+            on_prompt(res)
+    return RunResult(strategy=run.display, prompts=[results[pid] for pid in ids])

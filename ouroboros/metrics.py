@@ -176,6 +176,15 @@ def step_dict(r: StepRecord) -> dict:
     return asdict(r)
 
 
+def prompt_dict(p: PromptResult) -> dict:
+    """A PromptResult as plain data, steps included (a partial run's line in the records file)."""
+    return asdict(p)
+
+
+def prompt_from_dict(d: dict) -> PromptResult:
+    return PromptResult(**{**d, "steps": [StepRecord(**s) for s in d.get("steps", [])]})
+
+
 def pool_rates(stats: dict[str, float]) -> dict[str, float]:
     """Rates derived from a proposer's counters (its `stats()`, or their sum over prompts): for every
     `<p>lookups` with `<p>hits`, `<p>hit_rate` = hits / lookups (lookups that found >= 1 phrase); for every

@@ -47,8 +47,16 @@ from ouroboros.config import (
 from ouroboros.datasets import Prompt, fit_context, load_prompts
 from ouroboros.divergence import divergences
 from ouroboros.harness import StrategyRun, run_strategy
-from ouroboros.metrics import PromptResult, RunResult, speedup, speedup_mean_speed, step_dict
-from ouroboros.sinks import SCHEMA_VERSION, RecordFile, WandbMirror, summary_line
+from ouroboros.metrics import (
+    PromptResult,
+    RunResult,
+    prompt_dict,
+    prompt_from_dict,
+    speedup,
+    speedup_mean_speed,
+    step_dict,
+)
+from ouroboros.sinks import SCHEMA_VERSION, RecordFile, WandbMirror, prompt_line, summary_line
 from ouroboros.strategies import check_trees, get_spec, is_peer
 
 
@@ -377,11 +385,15 @@ class Executor:
                               [p.ids for p in sess.prompts], budgets, sess.eos_ids,
                               prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup, progress=self.progress,
                               label=point.label, sampling=run.sampling)
-        else:
+        else:   # prompts finished before a stop are kept; each prompt decoded now is appended as it finishes
+            recs, pid = self.records if self.resume else None, point.id
+            done = {k: prompt_from_dict(v) for k, v in recs.finished_prompts(pid).items()} if recs else {}
+            keep = recs.append if recs is not None else None
             result = run_strategy(StrategyRun(run.strategy.name, dict(run.strategy.params), point.label),
                                   sess.target, sess.draft, [p.ids for p in sess.prompts], budgets, sess.eos_ids,
                                   prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup,
-                                  progress=self.progress, sampling=run.sampling)
+                                  progress=self.progress, sampling=run.sampling, done=done,
+                                  on_prompt=(lambda r: keep(prompt_line(pid, prompt_dict(r)))) if keep else None)
         if run.strategy.name == run.baseline:
             base, baseline_id = result, point.id
         self._results[point.id] = result

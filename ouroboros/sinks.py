@@ -71,6 +71,12 @@ def read_sweep_records(path: str | os.PathLike) -> list[dict]:
     return records
 
 
+def prompt_line(point_id: str, prompt: dict) -> dict:
+    """The line a point appends after each finished prompt (readers of records skip it: no `point_id` key), so a
+    run killed at any moment resumes at prompt granularity (`RecordFile.finished_prompts`)."""
+    return {"kind": "prompt_result", "of_point": point_id, "prompt": prompt, "time": time.time()}
+
+
 def sweep_manifest(sweep: str, points: list[tuple[str, str]]) -> dict:
     """The line a sweep appends when it ends: its name and its (point_id, label) pairs, measured or resumed."""
     return {"kind": "sweep_manifest", "sweep": sweep, "points": [list(p) for p in points], "time": time.time()}
@@ -98,6 +104,13 @@ class RecordFile:
 
     def records(self) -> list[dict]:
         return read_records(self.path) if self.path.exists() else []
+
+    def finished_prompts(self, point_id: str) -> dict[str, dict]:
+        """prompt_id -> the latest prompt line of `point_id` (its prompts finished before a stop)."""
+        if not self.path.exists():
+            return {}
+        return {ln["prompt"]["prompt_id"]: ln["prompt"] for ln in _read_lines(self.path)
+                if ln.get("kind") == "prompt_result" and ln.get("of_point") == point_id}
 
     def index(self) -> dict[str, dict]:
         """point_id -> its latest record (the resume index)."""

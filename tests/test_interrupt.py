@@ -23,10 +23,23 @@ def start(tmp: Path, out: Path, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+def record_lines(out: Path) -> list[dict]:
+    """The whole records among the file's lines (points also append a line per finished prompt)."""
+    recs = []
+    for line in out.read_bytes().splitlines() if out.exists() else []:
+        try:
+            rec = json.loads(line)
+        except ValueError:   # a line being written
+            continue
+        if "point_id" in rec:
+            recs.append(rec)
+    return recs
+
+
 def wait_for_records(out: Path, n: int, proc: subprocess.Popen) -> None:
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
-        if out.exists() and out.read_bytes().count(b"\n") >= n:
+        if len(record_lines(out)) >= n:
             return
         time.sleep(0.05)
     raise AssertionError(f"no {n} records before the sweep ended: {proc.stderr.read() if proc.stderr else ''}")
@@ -39,8 +52,8 @@ def test_ctrl_c_keeps_whole_records_with_their_wandb_runs_and_resumes(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
-    lines = out.read_bytes().splitlines()
-    recs = [json.loads(x) for x in lines]                      # every line a whole record
+    lines = [json.loads(x) for x in out.read_bytes().splitlines()]   # every line whole
+    recs = [r for r in lines if "point_id" in r]
     n = len(recs)
     assert 2 <= n < 8, "the sweep finished before the signal; make the points longer"
     assert err.strip().splitlines()[-1] == f"interrupted: {n} points recorded, rerun to resume"
@@ -61,6 +74,6 @@ def test_sigterm_is_one_line_and_exit_130(tmp_path):
     wait_for_records(out, 1, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
-    n = len([json.loads(x) for x in out.read_bytes().splitlines()])
+    n = len([r for r in map(json.loads, out.read_bytes().splitlines()) if "point_id" in r])
     assert proc.returncode == 130 and n < 8, err[-2000:]
     assert err.strip().splitlines() == [f"interrupted: {n} point{'s' if n != 1 else ''} recorded, rerun to resume"]

@@ -1,5 +1,7 @@
 """What a sweep writes to a log file: no progress-bar escape codes (bars are drawn only on a terminal)."""
 
+import json
+
 from cli_helper import run_module
 
 
@@ -50,3 +52,37 @@ def test_a_point_two_sweeps_share_is_in_both(tmp_path):
     rows = table_rows(read_sweep_records(out))
     assert sorted((r["sweep"], r["point"]) for r in rows) == [("first", "speculative gamma=2"), ("first", "vanilla"),
                                                               ("second", "speculative gamma=2"), ("second", "vanilla")]
+
+
+def test_a_stopped_point_resumes_at_prompt_granularity(tmp_path, monkeypatch):
+    """A sweep stopped in the middle of a point keeps the prompts it finished (one line each); the rerun decodes
+    only the rest and records the whole point, with the same outputs as an uninterrupted run."""
+    import ouroboros.harness as harness
+    from ouroboros.sinks import read_records
+
+    common = ["model=llama70b_7b", "dataset.num_prompts=4", "max_new_tokens=8", "logger=quiet", "sweep=single",
+              "strategy=speculative"]
+    real_decode, calls = harness.decode, []
+
+    def stopping(*a, **kw):
+        calls.append(kw.get("prompt_id"))
+        if len([c for c in calls if c is not None]) == 7:   # vanilla's 4 prompts, then 2 of speculative's
+            raise KeyboardInterrupt
+        return real_decode(*a, **kw)
+
+    out = tmp_path / "r.jsonl"
+    monkeypatch.setattr(harness, "decode", stopping)
+    res = run_module("ouroboros.sweep", *common, f"out={out}", tmp=tmp_path)
+    assert res.code == 130 and [r["strategy"] for r in read_records(out)] == ["vanilla"]
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sum(x.get("kind") == "prompt_result" for x in lines) == 6   # 4 of vanilla, 2 of speculative
+    calls.clear()
+    monkeypatch.setattr(harness, "decode", lambda *a, **kw: calls.append(kw.get("prompt_id")) or real_decode(*a, **kw))
+    res = run_module("ouroboros.sweep", *common, f"out={out}", tmp=tmp_path)
+    assert res.code == 0, res.err
+    assert [c for c in calls if c is not None] == ["sim-code-2", "sim-code-3"]   # (the warm-up has no prompt id)
+    resumed = read_records(out)[-1]
+    clean = tmp_path / "clean.jsonl"
+    assert run_module("ouroboros.sweep", *common, f"out={clean}", tmp=tmp_path).code == 0
+    assert [p["output"] for p in resumed["prompts"]] == [p["output"] for p in read_records(clean)[-1]["prompts"]]
+    assert resumed["identical_to_baseline"] == "4/4" and len(resumed["prompts"]) == 4
