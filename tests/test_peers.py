@@ -154,7 +154,7 @@ def test_divergence_reports_position_and_margin(setup):
     from ouroboros.datasets import Prompt
 
     ps = [Prompt(str(i), p) for i, p in enumerate(prompts)]
-    divs = real.divergences(vanilla, other, {p.id: p.ids for p in ps}, real.target_margin(target))
+    divs = real.divergences(vanilla, other, {p.id: p.ids for p in ps}, HFBackend(target).top2_margin)
     assert [(d.prompt_id, d.position) for d in divs] == [("1", 5)]
     with torch.no_grad():
         logits = target(input_ids=torch.tensor([prompts[1] + vanilla.prompts[1].output[:5]])).logits[0, -1]

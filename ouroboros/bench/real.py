@@ -25,6 +25,7 @@ Not a test: timings are reported, never asserted.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -45,7 +46,7 @@ from ouroboros.datasets import Prompt, load_prompts
 from ouroboros.decode import decode
 from ouroboros.divergence import Divergence, divergences
 from ouroboros.harness import verifier_for
-from ouroboros.metrics import PromptResult, RunResult, StepRecord, speedup, step_dict
+from ouroboros.metrics import PromptResult, RunResult, prompt_from_dict, speedup, step_dict
 from ouroboros.models import LoadedPair, load_pair
 from ouroboros.peers import check_peer, check_peer_models, generate_one, is_peer
 from ouroboros.sampling import SamplingConfig
@@ -210,9 +211,8 @@ class ProgressLog:
                 if rec["prompt_len"] != lens[rec["prompt_id"]]:
                     raise OuroborosError(f"{path}:{n}: prompt {rec['prompt_id']} had {rec['prompt_len']} tokens, "
                                          f"now {lens[rec['prompt_id']]}; resume only with the same prompts")
-                got[(rec["run"], rec["prompt_id"])] = PromptResult(
-                    rec["prompt_id"], rec["prompt_len"], rec["output"], rec["elapsed_s"], rec["prefill_s"],
-                    rec["stop_reason"], [StepRecord(**x) for x in rec["steps"]], rec.get("proposer_stats", {}))
+                got[(rec["run"], rec["prompt_id"])] = prompt_from_dict(
+                    {f.name: rec[f.name] for f in dataclasses.fields(PromptResult) if f.name in rec})
         if cut:
             print(f"resume: {path}: {cut} unreadable line(s) skipped (cut short by a kill?)", file=sys.stderr)
         return {p.id: [got[(lab, p.id)] for lab in labels] for p in prompts
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     if sampling.greedy:  # sampled runs draw from the same distribution but consume their streams differently
         identical = {r.strategy: sum(a.output == b.output for a, b in zip(base.prompts, r.prompts, strict=True))
                      for r in results[1:]}
-        margin = target_margin(pair.target)
+        margin = HFBackend(pair.target, name="target").top2_margin
         divs = {r.strategy: divergences(base, r, {p.id: p.ids for p in prompts}, margin) for r in results[1:]}
     print(format_table(results, base, identical))
     for line in ratio_lines(specs, results):
@@ -419,19 +419,6 @@ def main(argv: list[str] | None = None) -> int:
                 f.write(json.dumps({"question_id": p.id, "answer": text}) + "\n")
         print(f"vanilla outputs written to {args.save_outputs}")
     return 0
-
-
-def target_margin(model):
-    """The top-2 logit margin of a stock model after a prefix (ouroboros/divergence.py's callable)."""
-
-    @torch.inference_mode()
-    def margin(prefix: list[int]) -> float:
-        device = model.get_input_embeddings().weight.device
-        logits = model(input_ids=torch.tensor([prefix], device=device), logits_to_keep=1).logits[0, -1]  # [V]
-        top = torch.topk(logits.float(), 2).values
-        return float(top[0] - top[1])
-
-    return margin
 
 
 if __name__ == "__main__":
