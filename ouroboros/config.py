@@ -122,6 +122,8 @@ class RunConfig:
     max_new_tokens: int = 64
     seed: int = 0
     warmup: bool = True         # one short untimed decode per strategy before the clock runs
+    interleave: bool | None = None   # points sharing prompts decode them prompt by prompt in turn (null: on real
+    #                                    backends, where background load must hit every point alike; off on sim)
     baseline: str | None = "vanilla"   # strategy whose time the speedup divides (null: no speedups)
     out: str | None = "runs/records.jsonl"  # the JSONL record file (null: no records)
 

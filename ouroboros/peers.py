@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ouroboros.backends.base import OuroborosError, WallClock
+from ouroboros.harness import WARMUP_TOKENS, run_prompts
 from ouroboros.metrics import PromptResult, RunResult, StepRecord
 from ouroboros.peer_configs import PEERS
 from ouroboros.sampling import SamplingConfig, stream_seed
@@ -177,18 +177,29 @@ def check_peer_models(name: str, draft, eos_ids: Sequence[int]) -> None:
         raise OuroborosError(f"peer {name!r} needs a draft model (set model.draft)")
 
 
+class PeerRunner:
+    """One peer as a `ouroboros.harness.PromptRunner` (stock models, not backends): same records, same warm-up."""
+
+    def __init__(self, name: str, params: dict[str, Any] | None, target, draft, eos_ids: Sequence[int] = (),
+                 label: str | None = None, sampling: SamplingConfig | None = None):
+        self.name, self.params = name, check_peer(name, params)
+        check_peer_models(name, draft, eos_ids)
+        self.target, self.draft, self.eos_ids = target, draft, tuple(eos_ids)
+        self.label, self.sampling = label or name, sampling
+
+    def warm_up(self, prompt: Sequence[int], budget: int) -> None:
+        generate_one(self.name, self.params, self.target, self.draft, prompt, min(WARMUP_TOKENS, budget),
+                     self.eos_ids, "warmup", self.sampling)
+
+    def __call__(self, prompt: Sequence[int], budget: int, prompt_id: str) -> PromptResult:
+        return generate_one(self.name, self.params, self.target, self.draft, prompt, budget, self.eos_ids,
+                            prompt_id, self.sampling)
+
+
 def run_peer(name: str, params: dict[str, Any] | None, target, draft, prompts: Sequence[Sequence[int]],
              max_new_tokens: int | Sequence[int], eos_ids: Sequence[int] = (),
              prompt_ids: Sequence[str] | None = None, warmup: bool = True, progress: bool = False,
              label: str | None = None, sampling: SamplingConfig | None = None) -> RunResult:
     """Run one peer over the prompts (stock models, not backends). Same record shape as `run_strategy`."""
-    full = check_peer(name, params)
-    check_peer_models(name, draft, eos_ids)
-    budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
-    ids = list(prompt_ids) if prompt_ids is not None else [str(i) for i in range(len(prompts))]
-    if warmup and prompts:
-        generate_one(name, full, target, draft, prompts[0], min(8, budgets[0]), eos_ids, "warmup", sampling)
-    results = [generate_one(name, full, target, draft, p, b, eos_ids, pid, sampling)
-               for pid, p, b in tqdm(list(zip(ids, prompts, budgets, strict=True)), desc=label or name,
-                                     disable=not progress, leave=False)]
-    return RunResult(strategy=label or name, prompts=results)
+    return run_prompts(PeerRunner(name, params, target, draft, eos_ids, label, sampling), prompts, max_new_tokens,
+                       prompt_ids, warmup, progress)

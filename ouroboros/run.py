@@ -46,7 +46,7 @@ from ouroboros.config import (
 )
 from ouroboros.datasets import Prompt, fit_context, load_prompts
 from ouroboros.divergence import divergences
-from ouroboros.harness import StrategyRun, run_strategy
+from ouroboros.harness import Job, PromptRunner, StrategyRun, StrategyRunner, run_interleaved
 from ouroboros.metrics import (
     PromptResult,
     RunResult,
@@ -320,6 +320,7 @@ class Executor:
     recorded: int = 0           # records appended by this executor (the interrupt message counts them)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _results: dict[str, RunResult] = field(default_factory=dict)   # point_id -> result measured or reloaded
+    _kept: dict[str, dict[str, PromptResult]] = field(default_factory=dict)  # point_id -> prompts decoded here
 
     def session(self, run: RunConfig) -> Session:
         key = _pair_key(run) + json.dumps(run.dataset, sort_keys=True, default=str)
@@ -373,27 +374,81 @@ class Executor:
             return _no_claim()
         return self.records.claim(pid)
 
+    def interleaved(self, run: RunConfig) -> bool:
+        return run.interleave if run.interleave is not None else run.backend_kind == "hf"
+
+    def interleave(self, points: list[Point]) -> None:
+        """Decode the unfinished points that share a session (same models and prompts) prompt by prompt in turn,
+        when `interleaved(run)`: every point decodes prompt i (in an order rotating with i) before any starts
+        prompt i + 1, so background load hits them alike. Each prompt is kept as it finishes (a prompt_result line
+        in the records when resuming, else in memory); `run_point` then assembles the records from them."""
+        groups: dict[str, list[Point]] = {}
+        for p in points:
+            if self.interleaved(p.run) and self._done(p.id) is None:
+                key = _pair_key(p.run) + json.dumps([p.run.dataset, p.run.warmup], sort_keys=True, default=str)
+                group = groups.setdefault(key, [])
+                if all(q.id != p.id for q in group):
+                    group.append(p)
+        for group in groups.values():
+            if len(group) < 2:
+                continue
+            with contextlib.ExitStack() as stack:  # claims in one order: two workers never wait on each other
+                mine = [p for p in sorted(group, key=lambda q: q.id) if stack.enter_context(self._claim(p.id)) is None]
+                mine.sort(key=group.index)
+                if len(mine) < 2:
+                    continue
+                sess = self.session(mine[0].run)
+                jobs = [Job(self._runner(p, sess), self._budgets(p, sess), self._finished(p.id), self._keeper(p.id))
+                        for p in mine]
+                ids = [q.id for q in sess.prompts]
+                say = self._round_line(ids, jobs) if self.console else None
+                run_interleaved(jobs, [q.ids for q in sess.prompts], ids, mine[0].run.warmup, self.progress, say)
+
+    @staticmethod
+    def _round_line(ids: list[str], jobs: list[Job]) -> Callable[[int], None]:
+        def say(i: int) -> None:
+            done = [(j.runner.label, j.results[ids[i]].elapsed_s) for j in jobs]
+            tqdm.write(f"prompt {i + 1}/{len(ids)} {ids[i]}: " + "; ".join(f"{n} {t:.1f} s" for n, t in done))
+        return say
+
+    @staticmethod
+    def _budgets(point: Point, sess: Session) -> list[int]:
+        return [p.max_new_tokens or point.run.max_new_tokens for p in sess.prompts]
+
+    def _runner(self, point: Point, sess: Session) -> PromptRunner:
+        run = point.run
+        if is_peer(run.strategy.name):   # transformers' own generate, on the same prompts, same record shape
+            from ouroboros.peers import PeerRunner
+
+            target, draft = stock_models(sess)
+            return PeerRunner(run.strategy.name, dict(run.strategy.params), target, draft, sess.eos_ids,
+                              point.label, run.sampling)
+        return StrategyRunner(StrategyRun(run.strategy.name, dict(run.strategy.params), point.label), sess.target,
+                              sess.draft, sess.eos_ids, run.sampling)
+
+    def _finished(self, pid: str) -> dict[str, PromptResult]:
+        """Prompts of point `pid` already decoded: by this executor, or (resuming) by a run stopped earlier."""
+        out = dict(self._kept.get(pid, {}))
+        if self.resume and self.records is not None:
+            out.update({k: prompt_from_dict(v) for k, v in self.records.finished_prompts(pid).items()})
+        return out
+
+    def _keeper(self, pid: str) -> Callable[[PromptResult], None]:
+        """Keep each prompt of `pid` as it finishes (appended to the records when resuming: a killed run loses at
+        most the prompt it was decoding)."""
+        def keep(r: PromptResult) -> None:
+            self._kept.setdefault(pid, {})[r.prompt_id] = r
+            if self.resume and self.records is not None:
+                self.records.append(prompt_line(pid, prompt_dict(r)))
+        return keep
+
     def _measure(self, point: Point, base: RunResult | None, baseline_id: str | None) -> dict:
         run = point.run
         sess = self.session(run)
-        budgets = [p.max_new_tokens or run.max_new_tokens for p in sess.prompts]
-        if is_peer(run.strategy.name):   # transformers' own generate, on the same prompts, same record shape
-            from ouroboros.peers import run_peer
-
-            target, draft = stock_models(sess)
-            result = run_peer(run.strategy.name, dict(run.strategy.params), target, draft,
-                              [p.ids for p in sess.prompts], budgets, sess.eos_ids,
-                              prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup, progress=self.progress,
-                              label=point.label, sampling=run.sampling)
-        else:   # prompts finished before a stop are kept; each prompt decoded now is appended as it finishes
-            recs, pid = self.records if self.resume else None, point.id
-            done = {k: prompt_from_dict(v) for k, v in recs.finished_prompts(pid).items()} if recs else {}
-            keep = recs.append if recs is not None else None
-            result = run_strategy(StrategyRun(run.strategy.name, dict(run.strategy.params), point.label),
-                                  sess.target, sess.draft, [p.ids for p in sess.prompts], budgets, sess.eos_ids,
-                                  prompt_ids=[p.id for p in sess.prompts], warmup=run.warmup,
-                                  progress=self.progress, sampling=run.sampling, done=done,
-                                  on_prompt=(lambda r: keep(prompt_line(pid, prompt_dict(r)))) if keep else None)
+        job = Job(self._runner(point, sess), self._budgets(point, sess), self._finished(point.id),
+                  self._keeper(point.id))
+        result = run_interleaved([job], [p.ids for p in sess.prompts], [p.id for p in sess.prompts], run.warmup,
+                                 self.progress)[0]
         if run.strategy.name == run.baseline:
             base, baseline_id = result, point.id
         self._results[point.id] = result
@@ -432,11 +487,11 @@ def run_one(run: RunConfig) -> list[dict]:
     ex = make_executor(run, resume=False, sweep="run")
     point = Point(run, label_of(run))
     recs = []
-    ex.check([point])
+    points = [point.baseline_point(), point] if run.baseline and run.baseline != run.strategy.name else [point]
+    ex.check(points)
     with counted(ex):
-        if run.baseline and run.baseline != run.strategy.name:
-            recs.append(ex.run_point(point.baseline_point())[0])
-        recs.append(ex.run_point(point)[0])
+        ex.interleave(points)
+        recs += [ex.run_point(p)[0] for p in points]
     print(format_table(recs))
     if run.out:
         print(f"records appended to {run.out}")

@@ -174,6 +174,7 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
 def run_points(points: list[Point], ex: Executor) -> list[dict]:
     records, measured = [], 0
     ex.check(points)
+    ex.interleave(points)   # real backends: every point's prompts first, prompt by prompt in turn
     bar = tqdm(points, desc="sweep", unit="point", disable=not ex.progress)
     for i, p in enumerate(bar, 1):
         rec, now = ex.run_point(p)
