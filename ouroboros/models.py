@@ -66,19 +66,26 @@ class LoadedPair:
     eos_ids: tuple[int, ...] = ()
 
 
-def load_pair(model: dict, dtype: str = "float32", device: str = "cpu") -> LoadedPair:
-    """Dispatch on model['kind'] (the Hydra `model` group, as a plain dict)."""
-    cfg = dict(model)
+SIM_SECTIONS = ("profile", "sim_profiles")  # the simulator's sections of a model YAML; not loading options
+
+
+def loading_options(model: dict) -> tuple[str, dict]:
+    """(kind, the loader's keyword options) of a model config, or a one-line error naming an unknown option."""
+    cfg = {k: v for k, v in model.items() if k not in SIM_SECTIONS}
     kind = cfg.pop("kind", None)
-    cfg.pop("profile", None)  # the simulator's section (issue 5); not a loading option
     if kind not in LOADERS:
         raise OuroborosError(f"unknown model kind {kind!r}; known: {', '.join(LOADERS)}")
-    loader = LOADERS[kind]
-    options = set(inspect.signature(loader).parameters) - {"dtype", "device"}
+    options = set(inspect.signature(LOADERS[kind]).parameters) - {"dtype", "device"}
     unknown = sorted(set(cfg) - options)
     if unknown:
         raise OuroborosError(f"model kind {kind!r} has no option {unknown[0]!r}; options: {', '.join(sorted(options))}")
-    return loader(**cfg, dtype=dtype, device=device)
+    return kind, cfg
+
+
+def load_pair(model: dict, dtype: str = "float32", device: str = "cpu") -> LoadedPair:
+    """Dispatch on model['kind'] (the Hydra `model` group, as a plain dict)."""
+    kind, cfg = loading_options(model)
+    return LOADERS[kind](**cfg, dtype=dtype, device=device)
 
 
 def load_tiny_pair(family: str = "llama", seed: int = 0, draft_noise: float = 0.05, vocab_size: int = 512,

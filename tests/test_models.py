@@ -159,3 +159,20 @@ def test_bf16_upcast_routes_only_large_inputs_and_matches_an_fp32_product(dirs):
     assert not any("forward" in vars(m) for m in fp32.target.modules())            # only bf16 weights are routed
     with pytest.raises(OuroborosError, match="bf16_upcast_rows must be >= 0"):
         load_pair({"kind": "hf", "target": str(dirs["t"]), "bf16_upcast_rows": -1})
+
+
+def test_every_real_model_yaml_has_only_loading_options_or_simulator_sections():
+    """Each conf/model YAML of a loadable kind passes the loader's option check as written (the qwen_coder YAML's
+    `sim_profiles` once made `model=qwen_coder` fail before loading anything)."""
+    import yaml
+
+    from ouroboros.models import LOADERS, loading_options
+
+    checked = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "conf" / "model").glob("*.yaml")):
+        cfg = yaml.safe_load(path.read_text())
+        if cfg.get("kind") in LOADERS:
+            kind, options = loading_options(cfg)
+            assert "sim_profiles" not in options and "profile" not in options
+            checked.append(path.stem)
+    assert {"qwen_coder", "smollm2", "tiny"} <= set(checked)
