@@ -10,14 +10,16 @@
    trace on the `sim` backend with the same strategy (the same decisions, forward for forward; checked: same
    outputs, no unrecorded context), so a new surrogate is re-checked in seconds with no model loaded.
 2. Simulated side: the same strategies on the surrogate, on the same prompts (each real token id mapped to a
-   surrogate id as `sim.prompt_tokens=tokenizer` does, so lengths and repeats are the real ones).
+   surrogate id as `sim.prompt_tokens=tokenizer` does, so lengths and repeats are the real ones; REST's datastore
+   too), pooled over SIM_SEEDS surrogate seeds (the surrogate's expected statistics, not one noisy draw).
 3. Per strategy: eta (block efficiency), c (draft tokens per draft forward), A (accepted length), #Match per
    target forward, pool / datastore hit rate by source, acceptance per draft position; side by side with the
    relative error. Prompts are split by position: even ones fit (`calibrate decisions`), odd ones evaluate.
 
 Surrogate fit (`fit_profile`): coordinate search on the fit prompts over the draft's agreement knobs (alpha_easy,
-alpha_hard, hard_frac, burst_len) and the target's copying (p_copy) and top-continuation rate (p_top), against
-every run's eta, c, #Match and hit rates (and speculative's per-position acceptance) at once.
+alpha_hard, hard_frac, burst_len), the target's copying (p_copy), top-continuation rate (p_top) and the locality
+of its choices (pos_grain, choice_ctx), against every run's eta, c, #Match and hit rates (and speculative's
+per-position acceptance) at once.
 Knows nothing of real models (the real side is traces).
 """
 
@@ -44,12 +46,16 @@ FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.
     ("alpha_hard", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9)),
     ("hard_frac", (0.1, 0.25, 0.4, 0.6)),
     ("burst_len", (4, 8, 24, 64)),
-    ("p_copy", (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)),
+    ("p_copy", (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)),
     ("p_top", (0.4, 0.5, 0.6, 0.75, 0.85, 0.95)),
+    ("pos_grain", (1, 16, 64, 256)),   # position-invariance of the target's choices (Jacobi / pool guesses)
+    ("choice_ctx", (0, 6, 4, 3, 2)),   # how local its choices are (0: the whole 8-token tail)
     ("vocab", (4096, 8192)),
     ("pieces", ("words", "bpe")),  # a larger surrogate vocabulary (8192: all 6,397 pieces of the code corpus)
 )
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
+SIM_SEEDS = 3                    # the simulated side pools its prompt results over this many surrogate seeds: a
+                                 # surrogate statistic is an expectation, not one draw of a 5-prompt x 64-token text
 SIM_HARDWARE = "h100"            # decisions need no clock; any profile the pair fits on
 
 
@@ -140,17 +146,57 @@ def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper
     pair = make_pair(load_conf("model", model), load_conf("hardware", SIM_HARDWARE), opts, seed=seed)
     map_id = mapper(pair.tokenizer)
     needs = get_spec(run.name).needs_draft_model
+    params = mapped_params(run, map_id)
     proposers: dict[int, Any] = {}
     out = []
     for i in which:
         g = run.groups[i]
         if g not in proposers:
-            proposers[g] = build_proposer(run.name, run.params, pair.target, pair.draft if needs else None)
+            proposers[g] = build_proposer(run.name, params, pair.target, pair.draft if needs else None)
             first = run.groups.index(g)  # the folder's first prompt: the real run warmed up on it
             warm_up(pair, proposers[g], [map_id(t) for t in run.prompts[first]])
         ids = [map_id(t) for t in run.prompts[i]]
         out.append(decode(pair.target, proposers[g], ids, run.budget, pair.eos_ids, prompt_id=run.results[i].prompt_id))
         proposers[g].checkpoint()
+    return out
+
+
+def mapped_params(run: RealRun, map_id) -> dict[str, Any]:
+    """The run's strategy options with every real token id in them mapped to a surrogate id: REST's datastore
+    (`corpus: [ids]` inline, or a `datastore:` file, rebuilt in surrogate ids next to it as `<name>.sim-<digest>.npz`,
+    once) holds the real tokenizer's ids; the other strategies' options hold none."""
+    params = dict(run.params)
+    if run.name != "rest":
+        return params
+    if params.get("corpus"):
+        params["corpus"] = [map_id(int(t)) for t in params["corpus"]]
+    elif params.get("datastore"):
+        params["datastore"] = mapped_datastore(str(params["datastore"]), map_id)
+    return params
+
+
+def mapped_datastore(path: str, map_id) -> str:
+    """A REST datastore file with its documents mapped token by token (separators kept); the mapped copy is keyed
+    by a digest of the mapping of every token id it holds, so another surrogate vocabulary gets its own file."""
+    import hashlib
+
+    import numpy as np
+
+    from ouroboros.datastore import SEP, Datastore
+
+    ds = Datastore.load(path)
+    toks = ds.tokens.tolist()
+    mapped = [t if t == SEP else map_id(t) for t in toks]
+    digest = hashlib.sha1(np.asarray(mapped, dtype=np.int32).tobytes()).hexdigest()[:12]
+    out = f"{os.path.splitext(path)[0]}.sim-{digest}.npz"
+    if not os.path.exists(out):
+        docs: list[list[int]] = [[]]
+        for t in mapped:
+            if t == SEP:
+                docs.append([])
+            else:
+                docs[-1].append(t)
+        Datastore.build(docs).save(out)
     return out
 
 
@@ -172,13 +218,20 @@ def id_mapper(model: str = "qwen_coder", tokenizer_dir: str | None = None):
     return mapper
 
 
-def compare(real: dict[str, RealRun], sim_opts: dict[str, Any], mapper, which: str = "eval") -> list[dict[str, Any]]:
+def sim_pooled(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper, seeds: int = SIM_SEEDS
+               ) -> list[PromptResult]:
+    """`sim_results` over surrogate seeds 0..seeds-1, pooled (each seed is another surrogate text and draft)."""
+    return [r for seed in range(seeds) for r in sim_results(run, which, sim_opts, mapper, seed=seed)]
+
+
+def compare(real: dict[str, RealRun], sim_opts: dict[str, Any], mapper, which: str = "eval",
+            seeds: int = SIM_SEEDS) -> list[dict[str, Any]]:
     rows = []
     for label, run in real.items():
         fit_pos, eval_pos = split(len(run.results))
         pos = eval_pos if which == "eval" else fit_pos
         r = stats([run.results[i] for i in pos])
-        s = stats(sim_results(run, pos, sim_opts, mapper))
+        s = stats(sim_pooled(run, pos, sim_opts, mapper, seeds))
         rows.append({"run": label, "prompts": len(pos), "real": r, "sim": s})
     return rows
 
@@ -223,7 +276,7 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------------------------- the fit
 def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = None, out=print,
-                rounds: int = 2) -> dict[str, Any]:
+                rounds: int = 3, seeds: int = SIM_SEEDS) -> dict[str, Any]:
     """Coordinate search of the surrogate's knobs on the FIT prompts only (even positions): each knob in turn takes
     the grid value minimising the summed squared relative error of every run's target statistics (FIT_KEYS:
     eta, c, #Match, hit rates) plus speculative's per-position acceptance; `rounds` passes (the knobs interact).
@@ -235,7 +288,7 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
         e = 0.0
         for label, run in real.items():
             r = fit_real[label]
-            s = stats(sim_results(run, split(len(run.results))[0], o, mapper))
+            s = stats(sim_pooled(run, split(len(run.results))[0], o, mapper, seeds))
             keys = [k for k in r if k in FIT_KEYS or k.startswith("hit:")]
             if run.name == "speculative":
                 keys += [k for k in r if k.startswith("pos")]
@@ -276,9 +329,9 @@ def calibrate_main(a) -> int:
                       "max_new_tokens": next(iter(real.values())).budget},
            "inputs_source": "real greedy runs of the pair recorded by simulators.realcheck (traces kept in the cache "
                             "directory, not in git); no published figure is used",
-           "method": "simulators.decisions.fit_profile: coordinate search of the knobs above (2 rounds) on the "
-                     "fit prompts, minimising squared relative errors of every run's eta, c, #Match, hit rates and "
-                     "speculative's per-position acceptance",
+           "method": "simulators.decisions.fit_profile: coordinate search of the knobs above (3 rounds) on the "
+                     f"fit prompts, the surrogate pooled over {SIM_SEEDS} seeds, minimising squared relative errors "
+                     "of every run's eta, c, #Match, hit rates and speculative's per-position acceptance",
            "command": f"python -m simulators.calibrate decisions --dir <recorded runs> --name {a.name}",
            "commit": git_commit()}
     path = write_profile(a.name, f"{a.model}, {a.task}: calibration profile (recorded real decisions)", fields, fit,

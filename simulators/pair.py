@@ -37,6 +37,8 @@ SIM_DEFAULTS: dict[str, Any] = {
     "p_top": 0.75,                # how often the surrogate target takes its table's top continuation
     "p_copy": 0.0,                # how often it copies what followed the last two tokens earlier (induction)
     "copy_window": 256,           # how far back it copies from (tokens)
+    "pos_grain": 1,               # its varied choices depend on the position in blocks of this many tokens
+    "choice_ctx": 0,              # ... and on this many last tokens (0: all tail_len = 8)
     "alpha_easy": 0.92,           # surrogate draft agreement in easy stretches
     "alpha_hard": 0.45,           # ... in hard stretches
     "hard_frac": 0.25,            # fraction of positions in hard stretches
@@ -150,7 +152,8 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
     kind = opts["tokens"]
     if kind in ("surrogate", "iid"):
         lm = NGramLM(opts["corpus"], int(opts["vocab"]), int(opts["order"]), p_top=float(opts["p_top"]), seed=seed,
-                     p_copy=float(opts["p_copy"]), copy_window=int(opts["copy_window"]), pieces=str(opts["pieces"]))
+                     p_copy=float(opts["p_copy"]), copy_window=int(opts["copy_window"]), pieces=str(opts["pieces"]),
+                     pos_grain=int(opts["pos_grain"]), choice_ctx=int(opts["choice_ctx"]))
         q: Any
         if kind == "iid":
             q = IIDDraftLM(lm, float(opts["alpha"]), seed=seed + 1)

@@ -10,7 +10,10 @@ A `TokenModel` decides the greedy next token of a context. It is incremental so 
   runner-up when a hash of the position and the last `tail_len` tokens says so, so the text is varied,
   repeats common phrases (as code does) and does not lock into a loop. Optionally (`p_copy`) it copies from
   its own context as real LMs do: what followed the last two tokens the last time (simulators/copyrate.py
-  measures how often real text does).
+  measures how often real text does). Its varied choices (runner-up, copy) hash the position and the tail;
+  `pos_grain` > 1 hashes the position only in blocks of that many tokens and `choice_ctx` only the last few tail
+  tokens, so it continues a phrase the same way a few tokens later or after a wrong earlier token, as a real LM
+  (nearly position-invariant, mostly local) does: what lookahead's Jacobi guesses and phrase pools rely on.
 - `NoisyDraftLM` (the surrogate draft): agrees with the target unless a mismatch event fires. Events are
   bursty (positions fall into easy / hard stretches of `burst_len` tokens with agreement `alpha_easy` /
   `alpha_hard`), content-bound (the same local context is always right or always wrong, as a real small model
@@ -174,7 +177,7 @@ class NGramLM:
 
     def __init__(self, corpus: str = "code", vocab_size: int = 4096, order: int = 4, tail_len: int = 8,
                  p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256,
-                 pieces: str = "words"):
+                 pieces: str = "words", pos_grain: int = 1, choice_ctx: int = 0):
         if not 1 <= order <= tail_len:
             raise OuroborosError(f"surrogate needs 1 <= order <= tail_len, got {order}, {tail_len}")
         if not 0 <= p_top <= 1:
@@ -183,7 +186,12 @@ class NGramLM:
             raise OuroborosError(f"surrogate p_copy must be in [0, 1], got {p_copy}")
         if copy_window < 3:
             raise OuroborosError(f"surrogate copy_window must be >= 3, got {copy_window}")
-        self.p_copy, self.copy_window = p_copy, copy_window
+        if pos_grain < 1:
+            raise OuroborosError(f"surrogate pos_grain must be >= 1, got {pos_grain}")
+        if not 0 <= choice_ctx <= tail_len:
+            raise OuroborosError(f"surrogate choice_ctx must be in [0, tail_len={tail_len}], got {choice_ctx}")
+        self.p_copy, self.copy_window, self.pos_grain = p_copy, copy_window, pos_grain
+        self.choice_ctx = choice_ctx or tail_len
         self.corpus = load_corpus(corpus, vocab_size, pieces)
         self.vocab_size = self.corpus.tokenizer.vocab_size
         self.table = ngram_table(corpus, vocab_size, order, top, pieces)
@@ -228,13 +236,22 @@ class NGramLM:
                 return c
         return (int(uniform(hash((tail, self.seed))) * (self.vocab_size - 1)) + 1,)
 
+    def choice_key(self, state: State) -> State:
+        """What the varied choices (copy or not, which runner-up) hash: the position (in blocks of `pos_grain`
+        tokens) and the tail."""
+        g, c = self.pos_grain, self.choice_ctx
+        if g == 1 and c == self.tail_len:
+            return state[:2]
+        return (state[0] // g, state[1][-c:])
+
     def reference_predict(self, state: State) -> int:
-        if self.p_copy and uniform(hash((state[:2], self.seed, 11))) < self.p_copy:
+        key = self.choice_key(state)
+        if self.p_copy and uniform(hash((key, self.seed, 11))) < self.p_copy:
             c = self.copied(state[2])
             if c is not None:
                 return c
         cands = self.candidates(state[1])
-        u = uniform(hash((state[:2], self.seed)))
+        u = uniform(hash((key, self.seed)))
         if u < self.p_top or len(cands) == 1:
             return cands[0]
         return cands[1 + min(int((u - self.p_top) / (1 - self.p_top) * (len(cands) - 1)), len(cands) - 2)]
@@ -258,10 +275,17 @@ class NGramLM:
         order, seed, p_top = self.order, self.seed, self.p_top
         span = 1 - p_top
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
-        p_copy, copied = self.p_copy, self.copied
+        p_copy, copied, grain, cut = self.p_copy, self.copied, self.pos_grain, -self.choice_ctx
+        local = grain > 1 or self.choice_ctx < self.tail_len
 
         def predict(state: State) -> int:
-            if p_copy:
+            if local:
+                key = (state[0] // grain, state[1][cut:])
+                if p_copy and (((hash((key, seed, 11)) * mult) & mask) >> 11) * scale < p_copy:
+                    cp = copied(state[2])
+                    if cp is not None:
+                        return cp
+            elif p_copy:
                 key = state[:2]
                 if (((hash((key, seed, 11)) * mult) & mask) >> 11) * scale < p_copy:
                     cp = copied(state[2])

@@ -82,3 +82,33 @@ def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch
 def test_no_recording_is_one_line(tmp_path):
     with pytest.raises(OuroborosError, match="no recorded runs under"):
         decisions.load_real(str(tmp_path))
+
+
+def test_rest_options_get_surrogate_ids(tmp_path):
+    """REST's datastore holds the real tokenizer's ids: the simulated side maps them as it maps the prompts (inline
+    corpus, or a datastore file rebuilt once in surrogate ids, separators kept); other strategies' options pass."""
+    from ouroboros.datastore import SEP, Datastore
+
+    def shift(t):
+        return t + 100
+
+    run = decisions.RealRun("rest", "rest", {"corpus": [1, 2, 3], "depth": 4}, 8)
+    assert decisions.mapped_params(run, shift) == {"corpus": [101, 102, 103], "depth": 4}
+    path = tmp_path / "ds.npz"
+    Datastore.build([[1, 2], [3]]).save(str(path))
+    run = decisions.RealRun("rest", "rest", {"datastore": str(path)}, 8)
+    out = decisions.mapped_params(run, shift)["datastore"]
+    assert out != str(path) and Datastore.load(out).tokens.tolist() == [101, 102, SEP, 103]
+    assert decisions.mapped_params(run, shift)["datastore"] == out  # built once
+    sps = decisions.RealRun("speculative:gamma=3", "speculative", {"gamma": 3}, 8)
+    assert decisions.mapped_params(sps, shift) == {"gamma": 3}
+
+
+def test_rest_runs_on_the_simulated_side(recorded):
+    """A REST run (no real recording here: the tiny pair's speculative prompts stand in) decodes on the surrogate with
+    its corpus mapped, and its statistics carry the datastore hit rate."""
+    sps = decisions.load_real(str(recorded))["speculative:gamma=3"]
+    corpus = [t for p in sps.prompts for t in p]
+    rest = decisions.RealRun("rest", "rest", {"corpus": corpus}, sps.budget, sps.results, sps.prompts, sps.groups)
+    st = decisions.stats(decisions.sim_pooled(rest, [0, 1], {}, mapper, seeds=2))
+    assert st["eta"] >= 1.0 and 0 <= st["hit:pool"] <= 1

@@ -41,6 +41,8 @@ def sim_setups(draw):
         sim["alpha_hard"] = draw(st.sampled_from([0.0, 0.45, 1.0]))
         sim["hard_frac"] = draw(st.sampled_from([0.0, 0.25, 1.0]))
     sim["p_copy"] = draw(st.sampled_from([0.0, 0.4, 1.0]))
+    sim["pos_grain"] = draw(st.sampled_from([1, 1, 16]))
+    sim["choice_ctx"] = draw(st.sampled_from([0, 0, 3]))
     return sim
 
 
@@ -78,3 +80,33 @@ def test_context_full_stops_cleanly():
     res = decode(pair.target, build_proposer("speculative", {"gamma": 6}, pair.target, pair.draft), prompt, 50)
     assert res.stop_reason == "context" and len(prompt) + res.new_tokens == 40
     assert res.output == reference_greedy_lm(pair.target.lm, prompt, 10)
+
+
+@pytest.mark.parametrize("pos_grain,choice_ctx,p_copy", [(1, 0, 0.0), (16, 0, 0.0), (1, 3, 0.5), (64, 2, 1.0)])
+def test_fast_predict_equals_reference_with_local_choices(pos_grain, choice_ctx, p_copy):
+    """The target's hot path with position-coarse / local choices (sim.pos_grain, sim.choice_ctx) is its reference."""
+    from simulators.surrogate import NGramLM
+
+    lm = NGramLM("code", 4096, pos_grain=pos_grain, choice_ctx=choice_ctx, p_copy=p_copy, p_top=0.5)
+    ids = lm.prompts(3, 0)
+    for prompt in ids:
+        st_ = lm.start()
+        for t in prompt:
+            assert lm.predict(st_) == lm.reference_predict(st_)
+            st_ = lm.step(st_, t)
+        for _ in range(40):  # its own greedy text too
+            nxt = lm.predict(st_)
+            assert nxt == lm.reference_predict(st_)
+            st_ = lm.step(st_, nxt)
+
+
+def test_coarse_position_choices_repeat_a_phrase_a_few_tokens_later():
+    """With pos_grain > 1 the target continues the same 8-token tail the same way at a nearby position (what makes
+    a real LM's Jacobi / pool guesses stay right); with pos_grain 1 its varied choices are redrawn."""
+    from simulators.surrogate import NGramLM
+
+    tails = [tuple(p[-8:]) for p in NGramLM("code", 4096).prompts(200, 1)]
+    for grain, same in ((64, True), (1, False)):
+        lm = NGramLM("code", 4096, pos_grain=grain, p_top=0.5)
+        agree = sum(lm.predict((128, t)) == lm.predict((129, t)) for t in tails) / len(tails)
+        assert (agree == 1.0) if same else agree < 0.95
