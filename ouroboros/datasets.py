@@ -132,7 +132,7 @@ def humaneval_records(path: str | None = None) -> list[Record]:
 
 def read_answers(path: str) -> dict[str, str]:
     """question_id -> turn-1 answer, from {question_id, answer} lines or FastChat's {question_id, choices:
-    [{turns: [...]}]} lines (the format `python -m ouroboros.bench.real --save-outputs` writes)."""
+    [{turns: [...]}]} lines (the answer files `python -m ouroboros.specbench <records> --out DIR` writes)."""
     out = {}
     p = Path(path)
     for n, obj in read_jsonl(p):
@@ -155,7 +155,7 @@ def question_records(path: Path, turn: int, answers: str | None, categories: lis
         raise OuroborosError(f"{what}: turn must be 1 or 2, got {turn}")
     if turn == 2 and not answers:
         raise OuroborosError(f"{what} turn 2 needs the model's turn-1 answers: set dataset.answers=<jsonl> "
-                             "(e.g. from `python -m ouroboros.bench.real ... --save-outputs`)")
+                             "(e.g. the vanilla point's file of `python -m ouroboros.specbench <records> --out DIR`)")
     ans = read_answers(answers) if answers else {}
     out = []
     for n, obj in read_jsonl(path):

@@ -51,12 +51,13 @@ class HFPLDConfig:
 class PeerSpec:
     config: type
     needs_draft_model: bool
+    counterpart: str                    # our strategy doing the same job (tables show ours / peer)
     tree_models: tuple[str, ...] = ()   # generate scores its own drafts: no tree of ours
     peer: bool = True
 
 
 PEERS: dict[str, PeerSpec] = {
-    "hf_greedy": PeerSpec(HFGreedyConfig, False),
-    "hf_assisted": PeerSpec(HFAssistedConfig, True),
-    "hf_pld": PeerSpec(HFPLDConfig, False),
+    "hf_greedy": PeerSpec(HFGreedyConfig, False, "vanilla"),
+    "hf_assisted": PeerSpec(HFAssistedConfig, True, "speculative"),
+    "hf_pld": PeerSpec(HFPLDConfig, False, "pld"),
 }

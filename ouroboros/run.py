@@ -93,6 +93,10 @@ def load_backends(run: RunConfig) -> tuple[Backend, Backend | None, Any, tuple[i
 
     if run.backend.threads:
         torch.set_num_threads(run.backend.threads)
+    if not sys.stderr.isatty():   # transformers' weight-loading bars: only on a terminal, as ours
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     loaded = load_pair(run.model, dtype=run.backend.dtype, device=run.backend.device)
     target = HFBackend(loaded.target, name="target")
     draft = HFBackend(loaded.draft, name="draft") if loaded.draft is not None else None
@@ -275,12 +279,29 @@ def format_table(records: list[dict]) -> str:
                      f"{r.get('identical_to_baseline') or '-':>9}")
     lines.append("speedup: baseline time / time (the paper's); SB spd: mean per-prompt tok/s over the baseline's "
                  "(Spec-Bench's)")
+    lines += peer_ratio_lines(records)
     for r in records:
         for d in r.get("divergences") or []:
             m = "?" if d["margin"] is None else f"{d['margin']:.3f}"
             lines.append(f"differs: {r['label']} prompt {d['prompt_id']} at output position {d['position']} "
                          f"(baseline {d['baseline_token']}, this {d['other_token']}); target top-2 logit margin {m}")
     return "\n".join(lines)
+
+
+def peer_ratio_lines(records: list[dict]) -> list[str]:
+    """ours / peer tokens per second, for each of our points and each point of the peer doing the same job
+    (vanilla / hf_greedy, speculative / hf_assisted, pld / hf_pld) measured on the same backend and prompts."""
+    from ouroboros.peer_configs import PEERS
+
+    lines = []
+    for peer in (r for r in records if r["strategy"] in PEERS):
+        for ours in (r for r in records if r["strategy"] == PEERS[peer["strategy"]].counterpart):
+            if ours.get("baseline_id") != peer.get("baseline_id"):
+                continue   # measured against another baseline (other prompts, models or budget): no ratio
+            a, b = ours["totals"]["tokens_per_s"], peer["totals"]["tokens_per_s"]
+            lines.append(f"ours/peer: {ours['label']} / {peer['label']}: {a:.2f} / {b:.2f} tok/s = "
+                         f"{a / b if b else float('nan'):.3f}x")
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------- executor

@@ -1,9 +1,10 @@
 """`python -m simulators.realcheck`: does the simulator's clock predict this machine? Real vs modelled time.
 
-1. record: chosen strategies decode chosen prompts on a real pair (greedy, interleaved prompt by prompt as in
-   `ouroboros.bench.real`), each through its own `Recorder`s, so every run leaves a trace of its token decisions
-   (`DIR/trace-<run>.json`) and its measured wall times (`DIR/real.jsonl`), both rewritten after every prompt, so
-   a run stopped part way can still be replayed (`--replay-only`) on the prompts it finished;
+1. record: chosen strategies decode chosen prompts on a real pair (greedy, through the harness's runners,
+   interleaved prompt by prompt as `ouroboros.sweep` does on real backends), each through its own `Recorder`s,
+   so every run leaves a trace of its token decisions (`DIR/trace-<run>.json`) and its measured wall times
+   (`DIR/real.jsonl`), both rewritten after every prompt, so a run stopped part way can still be replayed
+   (`--replay-only`) on the prompts it finished;
 2. replay: each run's trace is replayed on the `sim` backend (same strategy, same options, same prompts in the same
    order: the same forwards, k for k and ctx for ctx) under a hardware profile's clock, normally the one
    `python -m simulators.calibrate` fitted on this machine (`--hardware cpu_local`);
@@ -29,10 +30,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ouroboros.argparser import ArgumentParser
+from ouroboros.argparser import ArgumentParser, RunSpec, parse_kind, parse_runs
 from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
+from ouroboros.harness import Job, StrategyRun, StrategyRunner, run_interleaved
 from ouroboros.metrics import PromptResult
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.pair import make_pair
@@ -74,12 +76,12 @@ def trace_name(label: str) -> str:
     return "trace-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", label) + ".json"
 
 
-def record(args, specs, out_dir: str) -> None:
-    """Step 1: real runs, one pair of Recorders per run, interleaved prompt by prompt."""
+def record(args, specs: list[RunSpec], out_dir: str) -> None:
+    """Step 1: real runs through the harness's runners (`ouroboros.harness.StrategyRunner`, interleaved prompt
+    by prompt by `run_interleaved`), each on its own pair of Recorders."""
     import torch
 
     from ouroboros.backends.hf import HFBackend
-    from ouroboros.bench.real import make_runner, parse_kind
     from ouroboros.datasets import load_prompts
     from ouroboros.models import load_pair
     from simulators.replay import Recorder
@@ -98,18 +100,20 @@ def record(args, specs, out_dir: str) -> None:
     target = HFBackend(pair.target, name="target")
     draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
     recs = [(Recorder(target), Recorder(draft) if draft is not None else None) for _ in specs]
-    runners = [make_runner(s, pair, t, d) for s, (t, d) in zip(specs, recs, strict=True)]
-    for run in runners:  # warm-up outside the traces' prompts is harmless: contexts are keyed by content
-        run(prompts[0].ids, WARMUP_TOKENS, "warmup")
-    results: list[list[PromptResult]] = [[] for _ in specs]
-    n = len(specs)
-    for i, p in enumerate(prompts):
-        for j in [(i + k) % n for k in range(n)]:
-            results[j].append(runners[j](p.ids, args.max_new_tokens, p.id))
-        print(f"prompt {i + 1}/{len(prompts)} {p.id}: " + "; ".join(
-            f"{s.label} {results[j][-1].elapsed_s:.1f} s" for j, s in enumerate(specs)), flush=True)
-        # after every prompt: a run stopped part way keeps what it measured (--replay-only replays it)
-        save_record(out_dir, specs, recs, results, prompts[: i + 1], tuple(pair.eos_ids), args)
+    budgets = [args.max_new_tokens] * len(prompts)
+    jobs = [Job(StrategyRunner(StrategyRun(s.name, s.params, s.label), t, d, pair.eos_ids), budgets)
+            for s, (t, d) in zip(specs, recs, strict=True)]
+    for job in jobs:  # warm-up outside the traces' prompts is harmless: contexts are keyed by content
+        job.runner.warm_up(prompts[0].ids, WARMUP_TOKENS)
+    ids = [p.id for p in prompts]
+
+    def after(i: int) -> None:   # a run stopped part way keeps what it measured (--replay-only replays it)
+        print(f"prompt {i + 1}/{len(prompts)} {ids[i]}: " + "; ".join(
+            f"{s.label} {j.results[ids[i]].elapsed_s:.1f} s" for s, j in zip(specs, jobs, strict=True)), flush=True)
+        save_record(out_dir, specs, recs, [[j.results[pid] for pid in ids[: i + 1]] for j in jobs],
+                    prompts[: i + 1], tuple(pair.eos_ids), args)
+
+    run_interleaved(jobs, [p.ids for p in prompts], ids, warmup=False, on_round=after)
 
 
 def save_record(out_dir: str, specs, recs, results: list[list[PromptResult]], prompts: list[Prompt],
@@ -187,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m simulators.realcheck", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strategies", default="vanilla,speculative:gamma=3,pld")
-    ap.add_argument("--model", nargs="+", default=["qwen-coder"], help="the real pair (as in ouroboros.bench.real)")
+    ap.add_argument("--model", nargs="+", default=["qwen-coder"],
+                    help="the real pair: a kind (qwen-coder) or key=value items (kind=hf target=<dir> draft=<dir>)")
     ap.add_argument("--sim-model", default="qwen_coder", help="conf/model/<name>.yaml with the pair's profile")
     ap.add_argument("--hardware", default="cpu_local", help="conf/hardware/<name>.yaml (with fitted costs)")
     ap.add_argument("--dataset", nargs="+", default=["humaneval"])
@@ -202,7 +207,6 @@ def main(argv: list[str] | None = None) -> int:
     load_conf("hardware", a.hardware)  # a bad profile name fails before any model is loaded
     load_conf("model", a.sim_model)
     if not a.replay_only:
-        from ouroboros.bench.real import parse_runs
         from ouroboros.strategies import make_config
 
         if a.max_new_tokens < 1:

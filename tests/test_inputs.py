@@ -242,13 +242,3 @@ def test_following_the_no_fit_hint_runs(tmp_path):
 def test_cuda_device_without_cuda_is_one_line(tmp_path):
     res = run_module("ouroboros.run", "model=tiny", "backend.device=cuda", "out=null", tmp=tmp_path)
     assert res.code == 2 and res.err.startswith("error: backend.device=cuda: ") and res.err.count("\n") == 1
-
-
-def test_progress_log_reader_skips_undecodable_lines(tmp_path, capsys):
-    from ouroboros.bench.real import ProgressLog
-
-    log = tmp_path / "progress.jsonl"
-    settings = {"model": "m"}
-    log.write_bytes(b'{"header": {"settings": {"model": "m"}, "runs": ["vanilla"]}}\n\xff\xfe{"run": "vanilla"}\n')
-    assert ProgressLog.restore(str(log), ["vanilla"], settings, [Prompt("a", [1, 2])]) == {}
-    assert "1 unreadable line(s) skipped" in capsys.readouterr().err

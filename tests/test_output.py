@@ -15,6 +15,17 @@ def test_no_bars_in_a_log_file(tmp_path):
     assert "it/s" not in res.err and "point/s" not in res.err
 
 
+def test_no_weight_loading_bars_in_a_log_file(tmp_path):
+    """A real pair loaded from local folders (transformers draws a bar per model) writes no bar to a log file."""
+    from test_models import save_tiny
+
+    t, d = save_tiny(tmp_path / "t"), save_tiny(tmp_path / "d", seed=1)
+    res = run_module("ouroboros.run", "model=hf", f"model.target={t}", f"model.draft={d}", "dataset.num_prompts=1",
+                     "dataset.prompt_len=8", "max_new_tokens=4", "logger=quiet", "out=null", tmp=tmp_path)
+    assert res.code == 0, res.err
+    assert "Loading weights" not in res.err and "\r" not in res.err
+
+
 def test_multirun_prints_one_table_and_writes_one_summary_run(tmp_path):
     """A `-m` run: each job prints its point lines only; the multirun prints one table, its notes once, and writes
     one summary wandb run (offline) beside one run per measured point; labels show the swept gamma=4 (default)."""

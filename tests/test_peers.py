@@ -1,4 +1,4 @@
-"""HF peer runners (same records as run_strategy) and the real-pair benchmark command, on tiny fp64 models."""
+"""HF peer runners (same records as run_strategy), interleaved with ours as the sweep runs them, on tiny fp64 models."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import pytest
 import torch
 from conftest import get_draft, get_model
 
+from ouroboros import argparser as flags
 from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
-from ouroboros.bench import real
 from ouroboros.datasets import synthetic_prompts
-from ouroboros.harness import StrategyRun, run_strategy
-from ouroboros.peers import check_peer, run_peer
+from ouroboros.divergence import divergences
+from ouroboros.harness import Job, StrategyRun, StrategyRunner, run_interleaved, run_strategy
+from ouroboros.peers import PeerRunner, check_peer, run_peer
 
 EOS = (1,)
 FIX = Path(__file__).parent / "fixtures"
@@ -91,60 +92,26 @@ def test_peer_needs_draft_and_eos(setup):
 
 
 def test_parse_runs_golden():
-    runs = real.parse_runs("vanilla,ouroboros:gamma=12,K=3,pld, hf_pld:prompt_lookup_num_tokens=5")
+    runs = flags.parse_runs("vanilla,ouroboros:gamma=12,K=3,pld, hf_pld:prompt_lookup_num_tokens=5")
     assert [(r.name, r.params, r.label) for r in runs] == [
         ("vanilla", {}, "vanilla"),
         ("ouroboros", {"gamma": 12, "K": 3}, "ouroboros:gamma=12,K=3"),
         ("pld", {}, "pld"),
         ("hf_pld", {"prompt_lookup_num_tokens": 5}, "hf_pld:prompt_lookup_num_tokens=5"),
     ]
-    assert real.parse_runs("pld:prefer=last,max_ngram=2")[0].params == {"prefer": "last", "max_ngram": 2}
+    assert flags.parse_runs("pld:prefer=last,max_ngram=2")[0].params == {"prefer": "last", "max_ngram": 2}
     with pytest.raises(OuroborosError, match="starts with a parameter"):
-        real.parse_runs("gamma=3,speculative")
+        flags.parse_runs("gamma=3,speculative")
     with pytest.raises(OuroborosError, match="expected name:key=value"):
-        real.parse_runs("speculative:5")
+        flags.parse_runs("speculative:5")
 
 
 def test_parse_kind():
-    assert real.parse_kind(["qwen-coder"], "model") == {"kind": "qwen-coder"}
-    assert real.parse_kind(["kind=hf", "target=/m", "draft=null"], "model") == {"kind": "hf", "target": "/m",
+    assert flags.parse_kind(["qwen-coder"], "model") == {"kind": "qwen-coder"}
+    assert flags.parse_kind(["kind=hf", "target=/m", "draft=null"], "model") == {"kind": "hf", "target": "/m",
                                                                                 "draft": None}
     with pytest.raises(OuroborosError, match="needs a kind"):
-        real.parse_kind(["target=/m"], "model")
-
-
-def test_bench_real_end_to_end_on_a_tiny_pair(tmp_path, capsys):
-    from test_models import save_tiny
-
-    t, d = save_tiny(tmp_path / "t"), save_tiny(tmp_path / "d", seed=1)
-    out = tmp_path / "rec.jsonl"
-    rc = real.main(["--strategies", "speculative:gamma=3,pld", "--peers", "hf_greedy,hf_pld",
-                    "--model", "kind=hf", f"target={t}", f"draft={d}", "eos_ids=[1]",
-                    "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
-                    "--max-new-tokens", "6", "--dtype", "float64", "--out", str(out),
-                    "--progress-log", str(tmp_path / "progress.jsonl")])
-    captured = capsys.readouterr()
-    text = captured.out
-    assert rc == 0
-    import json
-
-    lines = [json.loads(ln) for ln in (tmp_path / "progress.jsonl").read_text().splitlines()]
-    assert "header" in lines.pop(0)
-    assert len(lines) == 5 * 4 and {ln["run"] for ln in lines} == {"vanilla", "speculative:gamma=3", "pld",
-                                                                    "hf_greedy", "hf_pld"}
-    assert "after 4 prompts: vanilla" in captured.err
-    rows = [ln.split()[0] for ln in text.splitlines() if ln.split() and ln.split()[0] in
-            ("vanilla", "speculative:gamma=3", "pld", "hf_greedy", "hf_pld")]
-    assert rows == ["vanilla", "speculative:gamma=3", "pld", "hf_greedy", "hf_pld"]
-    assert "4/4" in text                                     # fp64: every run token-identical to vanilla
-    assert "ours/HF  vanilla / hf_greedy" in text and "ours/HF  pld / hf_pld" in text
-    assert len(out.read_text().splitlines()) == 5
-
-
-def test_bench_real_bad_run_is_one_line_error(capsys):
-    assert real.main(["--strategies", "nope", "--model", "qwen-coder"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: unknown strategy 'nope'") and "\n" not in err
+        flags.parse_kind(["target=/m"], "model")
 
 
 def test_divergence_reports_position_and_margin(setup):
@@ -154,7 +121,7 @@ def test_divergence_reports_position_and_margin(setup):
     from ouroboros.datasets import Prompt
 
     ps = [Prompt(str(i), p) for i, p in enumerate(prompts)]
-    divs = real.divergences(vanilla, other, {p.id: p.ids for p in ps}, HFBackend(target).top2_margin)
+    divs = divergences(vanilla, other, {p.id: p.ids for p in ps}, HFBackend(target).top2_margin)
     assert [(d.prompt_id, d.position) for d in divs] == [("1", 5)]
     with torch.no_grad():
         logits = target(input_ids=torch.tensor([prompts[1] + vanilla.prompts[1].output[:5]])).logits[0, -1]
@@ -162,16 +129,26 @@ def test_divergence_reports_position_and_margin(setup):
     assert divs[0].margin == pytest.approx(float(top[0] - top[1]))
 
 
-def test_interleaved_and_sequential_runs_give_the_same_records(setup):
-    from ouroboros.datasets import Prompt
-    from ouroboros.models import LoadedPair
+def runners(specs, target, draft, sampling=None):
+    t, d = HFBackend(target), HFBackend(draft)
+    return [PeerRunner(s.name, s.params, target, draft, EOS, s.label, sampling) if s.name.startswith("hf_")
+            else StrategyRunner(StrategyRun(s.name, s.params, s.label), t, d, EOS, sampling) for s in specs]
 
+
+def run_all(specs, target, draft, prompts, budget, interleave, warmup=True, sampling=None):
+    """Every run over the prompts: interleaved (one run_interleaved) or one run after the other."""
+    ids = [str(i) for i in range(len(prompts))]
+    jobs = [Job(r, [budget] * len(prompts)) for r in runners(specs, target, draft, sampling)]
+    if interleave:
+        return run_interleaved(jobs, prompts, ids, warmup)
+    return [run_interleaved([j], prompts, ids, warmup)[0] for j in jobs]
+
+
+def test_interleaved_and_sequential_runs_give_the_same_records(setup):
     target, draft, prompts, vanilla = setup
-    pair = LoadedPair(target, draft, None, EOS)
-    ps = [Prompt(str(i), p) for i, p in enumerate(prompts)]
-    specs = real.parse_runs("vanilla,speculative:gamma=3,pld,hf_greedy,hf_assisted")
-    a = real.run_all(pair, ps, specs, 24, warmup=True, interleave=True, progress=False)
-    b = real.run_all(pair, ps, specs, 24, warmup=False, interleave=False, progress=False)
+    specs = flags.parse_runs("vanilla,speculative:gamma=3,pld,hf_greedy,hf_assisted")
+    a = run_all(specs, target, draft, prompts, 24, interleave=True)
+    b = run_all(specs, target, draft, prompts, 24, interleave=False, warmup=False)
     assert [r.strategy for r in a] == [s.label for s in specs]
     for ra, rb in zip(a, b, strict=True):
         assert [p.prompt_id for p in ra.prompts] == ["0", "1", "2"]
@@ -180,105 +157,23 @@ def test_interleaved_and_sequential_runs_give_the_same_records(setup):
 
 
 def test_sampled_runs_are_reproducible_and_match_the_harness(setup):
-    from ouroboros.datasets import Prompt
-    from ouroboros.models import LoadedPair
     from ouroboros.sampling import SamplingConfig
 
     target, draft, prompts, _ = setup
-    pair = LoadedPair(target, draft, None, EOS)
-    ps = [Prompt(str(i), p) for i, p in enumerate(prompts)]
     cfg = SamplingConfig(temperature=1.0, top_p=0.8, seed=7)
-    specs = real.parse_runs("vanilla,speculative:gamma=3,hf_greedy,hf_assisted")
-    a = real.run_all(pair, ps, specs, 16, warmup=True, interleave=True, progress=False, sampling=cfg)
-    b = real.run_all(pair, ps, specs, 16, warmup=False, interleave=False, progress=False, sampling=cfg)
+    specs = flags.parse_runs("vanilla,speculative:gamma=3,hf_greedy,hf_assisted")
+    a = run_all(specs, target, draft, prompts, 16, interleave=True, sampling=cfg)
+    b = run_all(specs, target, draft, prompts, 16, interleave=False, warmup=False, sampling=cfg)
     for ra, rb in zip(a, b, strict=True):  # each prompt's stream depends on (seed, prompt id) only
         assert [p.output for p in ra.prompts] == [p.output for p in rb.prompts]
     ours = run_strategy(StrategyRun("vanilla"), HFBackend(target), None, prompts, 16, EOS,
                         prompt_ids=["0", "1", "2"], sampling=cfg)
     assert [p.output for p in a[0].prompts] == [p.output for p in ours.prompts]
-    greedy = real.run_all(pair, ps, specs[:1], 16, warmup=False, progress=False)
+    greedy = run_all(specs[:1], target, draft, prompts, 16, interleave=False, warmup=False)
     assert [p.output for p in a[0].prompts] != [p.output for p in greedy[0].prompts]  # it did sample
-    other = real.run_all(pair, ps, specs[2:3], 16, warmup=False, progress=False,
-                         sampling=SamplingConfig(temperature=1.0, top_p=0.8, seed=8))
+    other = run_all(specs[2:3], target, draft, prompts, 16, interleave=False, warmup=False,
+                    sampling=SamplingConfig(temperature=1.0, top_p=0.8, seed=8))
     assert [p.output for p in a[2].prompts] != [p.output for p in other[0].prompts]  # peers' seed is used
-
-
-def test_bench_real_sampling_cli(tmp_path, capsys):
-    from test_models import save_tiny
-
-    t, d = save_tiny(tmp_path / "t"), save_tiny(tmp_path / "d", seed=1)
-    common = ["--model", "kind=hf", f"target={t}", f"draft={d}", "eos_ids=[1]",
-              "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
-              "--max-new-tokens", "6", "--dtype", "float64"]
-    assert real.main(["--strategies", "speculative:gamma=3", "--peers", "hf_assisted", "--temperature", "0.5",
-                      "--top-p", "0.8", *common]) == 0
-    text = capsys.readouterr().out
-    assert "decoding: sampling T=0.5 top_p=0.8" in text
-    rows = [ln.split() for ln in text.splitlines() if ln.split() and ln.split()[0] == "speculative:gamma=3"]
-    assert len(rows) == 1 and rows[0][-1] == "-"  # no identity column when sampling
-    assert real.main(["--strategies", "vanilla", "--peers", "", "--top-p", "1.5", *common]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == "error: top_p must be in (0, 1], got 1.5"
-
-
-def test_bench_real_resume_decodes_only_unfinished_prompts(tmp_path, capsys):
-    import json
-
-    from test_models import save_tiny
-
-    t = save_tiny(tmp_path / "t")
-    log = tmp_path / "progress.jsonl"
-    base = ["--strategies", "pld", "--peers", "", "--model", "kind=hf", f"target={t}", "eos_ids=[1]",
-            "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
-            "--max-new-tokens", "5", "--dtype", "float64", "--progress-log", str(log)]
-    assert real.main([*base, "--limit", "2"]) == 0
-    first = [json.loads(ln) for ln in log.read_text().splitlines()]
-    assert "header" in first[0] and len(first) == 1 + 2 * 2
-    with open(log, "a") as f:  # a line cut short by a kill, and one run's line for a third prompt
-        f.write(json.dumps(first[1])[:40])
-    capsys.readouterr()
-    out = tmp_path / "rec.jsonl"
-    assert real.main([*base, "--limit", "4", "--resume", "--out", str(out)]) == 0
-    captured = capsys.readouterr()
-    text = captured.out
-    assert "1 unreadable line(s) skipped" in captured.err
-    assert "resume: 2 of 4 prompts finished by every run" in text
-    lines = [json.loads(ln) for ln in log.read_text().splitlines()[len(first) + 1:] if ln.strip()]
-    assert sum("header" in ln for ln in lines) == 1 and len(lines) == 1 + 2 * 2  # only prompts 3 and 4 decoded
-    done_before = {ln["prompt_id"] for ln in first[1:]}
-    done_now = {ln["prompt_id"] for ln in lines if "run" in ln}
-    assert len(done_now) == 2 and not done_before & done_now
-    recs = [json.loads(ln) for ln in out.read_text().splitlines()]
-    van = next(r for r in recs if r["totals"]["strategy"] == "vanilla")
-    assert len(van["prompts"]) == 4
-    old = {ln["prompt_id"]: ln for ln in first if ln.get("run") == "vanilla"}
-    for p in van["prompts"][:2]:   # restored as logged, step records included
-        assert p["elapsed_s"] == old[p["prompt_id"]]["elapsed_s"]
-        assert p["target_forwards"] == old[p["prompt_id"]]["target_forwards"] > 0
-    assert "4/4" in text                                    # restored and new outputs all compared
-
-
-def test_bench_real_resume_refuses_other_settings_and_old_logs(tmp_path, capsys):
-    import json
-
-    from test_models import save_tiny
-
-    t = save_tiny(tmp_path / "t")
-    log = tmp_path / "progress.jsonl"
-    base = ["--strategies", "pld", "--peers", "", "--model", "kind=hf", f"target={t}", "eos_ids=[1]",
-            "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false", "--limit", "1",
-            "--dtype", "float64", "--progress-log", str(log)]
-    assert real.main([*base, "--max-new-tokens", "4"]) == 0
-    capsys.readouterr()
-    assert real.main([*base, "--max-new-tokens", "5", "--resume"]) == 2
-    assert "written with max_new_tokens=4, this run has max_new_tokens=5" in capsys.readouterr().err
-    rec = [json.loads(ln) for ln in log.read_text().splitlines()][1]
-    del rec["steps"]
-    log.write_text(json.dumps(rec) + "\n")
-    assert real.main([*base, "--max-new-tokens", "4", "--resume"]) == 2
-    assert "without step records" in capsys.readouterr().err
-    assert real.main([*base[:-2], "--resume"]) == 2
-    assert "--resume needs --progress-log" in capsys.readouterr().err
 
 
 def test_bench_forward_times_both_kernels(tmp_path, capsys):
@@ -310,13 +205,19 @@ def test_real_compare_sweep_with_peers_and_analysis(tmp_path):
     out = tmp_path / "r.jsonl"
     common = ["model=tiny", "model.hidden_size=64", "model.vocab_size=128", "model.eos_id=1", "backend.dtype=float64",
               "dataset.num_prompts=2", "max_new_tokens=6", f"out={out}", "logger=quiet"]
-    res = run_module("ouroboros.sweep", *common, "sweep=real_compare", tmp=tmp_path)
+    res = run_module("ouroboros.sweep", *common, "sweep=real_compare", "logger.console=true", tmp=tmp_path)
     assert res.code == 0, res.err
     recs = [r for r in map(_json.loads, out.read_text().splitlines()) if "point_id" in r]
     assert [r["strategy"] for r in recs] == ["vanilla", "speculative", "pld", "ouroboros", "hf_greedy", "hf_assisted",
                                              "hf_pld"]
     assert all(r["identical_to_baseline"] == "2/2" for r in recs[1:])
     assert recs[5]["params"]["num_assistant_tokens"] == 3 and "hf_assisted" in recs[5]["label"]
+    ratios = [ln for ln in res.out.splitlines() if ln.startswith("ours/peer: ")]
+    assert [ln.split(": ")[1] for ln in ratios] == [
+        "vanilla / hf_greedy",
+        "speculative gamma=3 / hf_assisted num_assistant_tokens=3 assistant_confidence_threshold=0.0", "pld / hf_pld"]
+    a, b = recs[0]["totals"]["tokens_per_s"], recs[4]["totals"]["tokens_per_s"]
+    assert ratios[0].endswith(f"= {a / b:.3f}x")
     res = run_module("analysis", str(out), "--out", str(tmp_path / "an"))
     assert res.code == 0, res.err
     assert "hf_assisted" in (tmp_path / "an" / "table.md").read_text()

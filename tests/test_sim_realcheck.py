@@ -44,21 +44,17 @@ def test_bad_inputs_one_line(tmp_path, capsys):
 
 
 def test_a_stopped_recording_keeps_its_finished_prompts(tmp_path, capsys, monkeypatch):
+    from ouroboros import harness
     from ouroboros.backends.base import OuroborosError
-    from ouroboros.bench import real
 
-    make = real.make_runner
+    real_call = harness.StrategyRunner.__call__
 
-    def failing_runner(*a, **kw):
-        run = make(*a, **kw)
+    def failing(self, ids, budget, pid):
+        if pid == "p2":
+            raise OuroborosError("stopped on p2")
+        return real_call(self, ids, budget, pid)
 
-        def wrapped(ids, budget, pid):
-            if pid == "p2":
-                raise OuroborosError("stopped on p2")
-            return run(ids, budget, pid)
-        return wrapped
-
-    monkeypatch.setattr(real, "make_runner", failing_runner)
+    monkeypatch.setattr(harness.StrategyRunner, "__call__", failing)
     t, d = save_tiny(tmp_path / "t"), save_tiny(tmp_path / "d", seed=1)
     out = tmp_path / "rc"
     argv = ["--strategies", "vanilla,speculative:gamma=3", "--model", "kind=hf", f"target={t}", f"draft={d}",

@@ -21,7 +21,8 @@ from ouroboros.backends.base import OuroborosError, cli
 @cli
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m ouroboros.bench.forward", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", nargs="+", default=["qwen-coder"], help="as in ouroboros.bench.real")
+    ap.add_argument("--model", nargs="+", default=["qwen-coder"],
+                    help="a kind (qwen-coder) or key=value items (kind=hf target=<dir>)")
     ap.add_argument("--which", default="target", choices=["target", "draft"])
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--ks", default="1,2,4,8,16,32", help="ratios are to the first k listed")
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="timed forwards per (k, mode); the fastest is kept")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args(argv)
-    from ouroboros.bench.real import parse_kind
+    from ouroboros.argparser import parse_kind
     from ouroboros.models import load_pair, upcast_bf16_linears
 
     ks = [int(k) for k in a.ks.split(",")]
