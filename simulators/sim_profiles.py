@@ -35,6 +35,8 @@ FIELD_DOCS = {
     "vocab": "surrogate vocabulary (pieces of the corpus)",
     "pieces": "surrogate tokenizer: words (spaces apart) | bpe (words carry their leading space)",
     "p_top": "how often the surrogate target takes its n-gram table's top continuation",
+    "pos_grain": "the target's varied choices hash the position in blocks of this many tokens",
+    "choice_ctx": "... and the last this many tokens (0: all 8 of the tail)",
     "target_overhead_s": "target's per-forward overhead (s), replacing the hardware's estimate (fitted)",
     "draft_overhead_s": "draft's per-forward overhead (s), replacing the hardware's estimate (fitted)",
     "dtype": "weights' dtype for the cost model",

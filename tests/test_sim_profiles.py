@@ -80,3 +80,11 @@ def test_profile_text_is_documented_yaml(tmp_path: Path):
     assert d == {"defaults": ["default", "_self_"], "pair": "yi34b_6b", "alpha_easy": 0.5,
                  "fit": {"inputs": {"vanilla_tok_s": 1.0}}}
     assert all("#" in ln for ln in text.splitlines() if ln.startswith(("pair:", "alpha_easy:")))
+
+
+def test_every_fitted_knob_is_documented_in_a_written_profile():
+    """A refit writes each knob of the fit grid with its comment (none may come out blank)."""
+    from simulators.decisions import FIT_GRID
+    from simulators.sim_profiles import FIELD_DOCS
+
+    assert [k for k, _ in FIT_GRID if not FIELD_DOCS.get(k)] == []
