@@ -308,6 +308,8 @@ def add_args(ap) -> None:
     ap.add_argument("--name", default="qwen_coder_humaneval", help="profile name: conf/sim/<name>.yaml")
     ap.add_argument("--model", default="qwen_coder", help="the real pair (conf/model/<name>.yaml)")
     ap.add_argument("--task", default="humaneval")
+    ap.add_argument("--corpus", default=None, choices=["code", "prose"],
+                    help="the surrogate corpus (default: code for humaneval / mbpp, else prose)")
     ap.add_argument("--tokenizer", default=None, help="the pair's tokenizer directory (default: the fetched one)")
 
 
@@ -319,7 +321,7 @@ def calibrate_main(a) -> int:
 
     real = load_real(a.dir, a.model)
     mapper = id_mapper(a.model, a.tokenizer)
-    opts = fit_profile(real, mapper)
+    opts = fit_profile(real, mapper, {"corpus": a.corpus or ("code" if a.task in ("humaneval", "mbpp") else "prose")})
     n = len(next(iter(real.values())).results)
     fields: dict[str, Any] = {"pair": a.model}
     fields.update((k, opts[k]) for k in ("corpus", *(knob for knob, _ in FIT_GRID)) if k in opts)
