@@ -327,7 +327,8 @@ def calibrate_main(a) -> int:
     fields.update((k, opts[k]) for k in ("corpus", *(knob for knob, _ in FIT_GRID)) if k in opts)
     fields["prompt_tokens"] = "tokenizer"
     fit = {"pair": a.model, "task": a.task,
-           "inputs": {"recorded_runs": sorted(real), "prompts": n, "fit_prompts": "even positions",
+           "inputs": {"recorded_runs": sorted(r.replace(str(Path.home()), "~") for r in real), "prompts": n,
+                      "fit_prompts": "even positions",
                       "max_new_tokens": next(iter(real.values())).budget},
            "inputs_source": "real greedy runs of the pair recorded by simulators.realcheck (traces kept in the cache "
                             "directory, not in git); no published figure is used",
