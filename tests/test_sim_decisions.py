@@ -69,10 +69,11 @@ def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
 def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
-                        tokenizer=None, out_dir=str(tmp_path))
+                        tokenizer=None, out_dir=str(tmp_path), corpus=None)
     assert decisions.calibrate_main(a) == 0
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
     assert prof["pair"] == "qwen_coder" and prof["fit"]["inputs"]["prompts"] == 4
+    assert prof["corpus"] == "prose"       # a task other than humaneval / mbpp is fitted on prose by default
     assert 0 <= prof["alpha_easy"] <= 1
     prof.pop("defaults")
     with pytest.raises(OuroborosError, match="fitted for pair 'qwen_coder', not for model 'yi34b_6b'"):
