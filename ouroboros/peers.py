@@ -1,6 +1,6 @@
 """Peer baselines: transformers' own `generate` run on the same prompts, in the same process, returning the same
 `RunResult` / `PromptResult` records as `ouroboros.harness.run_strategy` (same warm-up policy: one short
-decode on the first prompt before any clock reading).
+decode on the first prompt still to decode, before any clock reading).
 
 Peers (name -> what `generate` is called with; every peer decodes greedily, no repetition penalty):
 - `hf_greedy`:   plain greedy `generate`.

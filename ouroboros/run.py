@@ -46,7 +46,7 @@ from ouroboros.config import (
 )
 from ouroboros.datasets import Prompt, fit_context, load_prompts
 from ouroboros.divergence import divergences
-from ouroboros.harness import Job, PromptRunner, StrategyRun, StrategyRunner, run_interleaved
+from ouroboros.harness import Job, PromptRunner, StrategyRun, StrategyRunner, run_interleaved, run_prompts
 from ouroboros.metrics import (
     PromptResult,
     RunResult,
@@ -466,10 +466,9 @@ class Executor:
     def _measure(self, point: Point, base: RunResult | None, baseline_id: str | None) -> dict:
         run = point.run
         sess = self.session(run)
-        job = Job(self._runner(point, sess), self._budgets(point, sess), self._finished(point.id),
-                  self._keeper(point.id))
-        result = run_interleaved([job], [p.ids for p in sess.prompts], [p.id for p in sess.prompts], run.warmup,
-                                 self.progress)[0]
+        result = run_prompts(self._runner(point, sess), [p.ids for p in sess.prompts], self._budgets(point, sess),
+                             [p.id for p in sess.prompts], run.warmup, self.progress, self._finished(point.id),
+                             self._keeper(point.id))
         if run.strategy.name == run.baseline:
             base, baseline_id = result, point.id
         self._results[point.id] = result
