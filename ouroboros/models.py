@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,13 @@ def loading_options(model: dict) -> tuple[str, dict]:
 
 
 def load_pair(model: dict, dtype: str = "float32", device: str = "cpu") -> LoadedPair:
-    """Dispatch on model['kind'] (the Hydra `model` group, as a plain dict)."""
+    """Dispatch on model['kind'] (the Hydra `model` group, as a plain dict). transformers' weight-loading bars show
+    only on a terminal (every caller: run, sweep, realcheck, calibrate, bench.forward), so logs stay readable."""
     kind, cfg = loading_options(model)
+    if not sys.stderr.isatty():
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     return LOADERS[kind](**cfg, dtype=dtype, device=device)
 
 

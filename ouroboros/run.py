@@ -93,10 +93,6 @@ def load_backends(run: RunConfig) -> tuple[Backend, Backend | None, Any, tuple[i
 
     if run.backend.threads:
         torch.set_num_threads(run.backend.threads)
-    if not sys.stderr.isatty():   # transformers' weight-loading bars: only on a terminal, as ours
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
     loaded = load_pair(run.model, dtype=run.backend.dtype, device=run.backend.device)
     target = HFBackend(loaded.target, name="target")
     draft = HFBackend(loaded.draft, name="draft") if loaded.draft is not None else None

@@ -50,6 +50,8 @@ FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.
     ("p_top", (0.4, 0.5, 0.6, 0.75, 0.85, 0.95)),
     ("pos_grain", (1, 16, 64, 256)),   # position-invariance of the target's choices (Jacobi / pool guesses)
     ("choice_ctx", (0, 6, 4, 3, 2)),   # how local its choices are (0: the whole 8-token tail)
+    ("local_frac", (0.0, 0.1, 0.2, 0.3, 0.4)),  # contexts its last local_ctx tokens alone decide (Jacobi guesses)
+    ("local_ctx", (1, 2, 3)),
     ("vocab", (4096, 8192)),
     ("pieces", ("words", "bpe")),  # a larger surrogate vocabulary (8192: all 6,397 pieces of the code corpus)
 )

@@ -39,6 +39,8 @@ SIM_DEFAULTS: dict[str, Any] = {
     "copy_window": 256,           # how far back it copies from (tokens)
     "pos_grain": 1,               # its varied choices depend on the position in blocks of this many tokens
     "choice_ctx": 0,              # ... and on this many last tokens (0: all tail_len = 8)
+    "local_frac": 0.0,            # share of contexts whose next token the last `local_ctx` tokens alone decide
+    "local_ctx": 1,
     "alpha_easy": 0.92,           # surrogate draft agreement in easy stretches
     "alpha_hard": 0.45,           # ... in hard stretches
     "hard_frac": 0.25,            # fraction of positions in hard stretches
@@ -153,7 +155,8 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
     if kind in ("surrogate", "iid"):
         lm = NGramLM(opts["corpus"], int(opts["vocab"]), int(opts["order"]), p_top=float(opts["p_top"]), seed=seed,
                      p_copy=float(opts["p_copy"]), copy_window=int(opts["copy_window"]), pieces=str(opts["pieces"]),
-                     pos_grain=int(opts["pos_grain"]), choice_ctx=int(opts["choice_ctx"]))
+                     pos_grain=int(opts["pos_grain"]), choice_ctx=int(opts["choice_ctx"]),
+                     local_frac=float(opts["local_frac"]), local_ctx=int(opts["local_ctx"]))
         q: Any
         if kind == "iid":
             q = IIDDraftLM(lm, float(opts["alpha"]), seed=seed + 1)

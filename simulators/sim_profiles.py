@@ -37,6 +37,8 @@ FIELD_DOCS = {
     "p_top": "how often the surrogate target takes its n-gram table's top continuation",
     "pos_grain": "the target's varied choices hash the position in blocks of this many tokens",
     "choice_ctx": "... and the last this many tokens (0: all 8 of the tail)",
+    "local_frac": "share of contexts whose next token their last local_ctx tokens alone decide",
+    "local_ctx": "... that many last tokens (1..order)",
     "target_overhead_s": "target's per-forward overhead (s), replacing the hardware's estimate (fitted)",
     "draft_overhead_s": "draft's per-forward overhead (s), replacing the hardware's estimate (fitted)",
     "dtype": "weights' dtype for the cost model",

@@ -177,7 +177,8 @@ class NGramLM:
 
     def __init__(self, corpus: str = "code", vocab_size: int = 4096, order: int = 4, tail_len: int = 8,
                  p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256,
-                 pieces: str = "words", pos_grain: int = 1, choice_ctx: int = 0):
+                 pieces: str = "words", pos_grain: int = 1, choice_ctx: int = 0, local_frac: float = 0.0,
+                 local_ctx: int = 1):
         if not 1 <= order <= tail_len:
             raise OuroborosError(f"surrogate needs 1 <= order <= tail_len, got {order}, {tail_len}")
         if not 0 <= p_top <= 1:
@@ -190,7 +191,12 @@ class NGramLM:
             raise OuroborosError(f"surrogate pos_grain must be >= 1, got {pos_grain}")
         if not 0 <= choice_ctx <= tail_len:
             raise OuroborosError(f"surrogate choice_ctx must be in [0, tail_len={tail_len}], got {choice_ctx}")
+        if not 0 <= local_frac <= 1:
+            raise OuroborosError(f"surrogate local_frac must be in [0, 1], got {local_frac}")
+        if not 1 <= local_ctx <= order:
+            raise OuroborosError(f"surrogate local_ctx must be in [1, order={order}], got {local_ctx}")
         self.p_copy, self.copy_window, self.pos_grain = p_copy, copy_window, pos_grain
+        self.local_frac, self.local_ctx = local_frac, local_ctx
         self.choice_ctx = choice_ctx or tail_len
         self.corpus = load_corpus(corpus, vocab_size, pieces)
         self.vocab_size = self.corpus.tokenizer.vocab_size
@@ -244,17 +250,23 @@ class NGramLM:
             return state[:2]
         return (state[0] // g, state[1][-c:])
 
+    def pick(self, cands: tuple[int, ...], u: float) -> int:
+        """The top continuation with probability p_top (u < p_top), else a runner-up chosen by u."""
+        if u < self.p_top or len(cands) == 1:
+            return cands[0]
+        return cands[1 + min(int((u - self.p_top) / (1 - self.p_top) * (len(cands) - 1)), len(cands) - 2)]
+
     def reference_predict(self, state: State) -> int:
+        if self.local_frac:
+            lk = state[1][-self.local_ctx:]
+            if lk and uniform(hash((lk, self.seed, 13))) < self.local_frac:
+                return self.pick(self.candidates(lk), uniform(hash((lk, self.seed, 17))))
         key = self.choice_key(state)
         if self.p_copy and uniform(hash((key, self.seed, 11))) < self.p_copy:
             c = self.copied(state[2])
             if c is not None:
                 return c
-        cands = self.candidates(state[1])
-        u = uniform(hash((key, self.seed)))
-        if u < self.p_top or len(cands) == 1:
-            return cands[0]
-        return cands[1 + min(int((u - self.p_top) / (1 - self.p_top) * (len(cands) - 1)), len(cands) - 2)]
+        return self.pick(self.candidates(state[1]), uniform(hash((key, self.seed))))
 
     def _fast_step(self) -> Callable[[State, int], State]:
         cut, win = -self.tail_len, self.copy_window
@@ -277,8 +289,13 @@ class NGramLM:
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
         p_copy, copied, grain, cut = self.p_copy, self.copied, self.pos_grain, -self.choice_ctx
         local = grain > 1 or self.choice_ctx < self.tail_len
+        lfrac, lcut, pick = self.local_frac, -self.local_ctx, self.pick
 
         def predict(state: State) -> int:
+            if lfrac:
+                lk = state[1][lcut:]
+                if lk and (((hash((lk, seed, 13)) * mult) & mask) >> 11) * scale < lfrac:
+                    return pick(candidates(lk), (((hash((lk, seed, 17)) * mult) & mask) >> 11) * scale)
             if local:
                 key = (state[0] // grain, state[1][cut:])
                 if p_copy and (((hash((key, seed, 11)) * mult) & mask) >> 11) * scale < p_copy:

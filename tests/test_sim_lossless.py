@@ -43,6 +43,8 @@ def sim_setups(draw):
     sim["p_copy"] = draw(st.sampled_from([0.0, 0.4, 1.0]))
     sim["pos_grain"] = draw(st.sampled_from([1, 1, 16]))
     sim["choice_ctx"] = draw(st.sampled_from([0, 0, 3]))
+    sim["local_frac"] = draw(st.sampled_from([0.0, 0.0, 0.3, 1.0]))
+    sim["local_ctx"] = draw(st.sampled_from([1, 2]))
     return sim
 
 
@@ -82,12 +84,16 @@ def test_context_full_stops_cleanly():
     assert res.output == reference_greedy_lm(pair.target.lm, prompt, 10)
 
 
-@pytest.mark.parametrize("pos_grain,choice_ctx,p_copy", [(1, 0, 0.0), (16, 0, 0.0), (1, 3, 0.5), (64, 2, 1.0)])
-def test_fast_predict_equals_reference_with_local_choices(pos_grain, choice_ctx, p_copy):
-    """The target's hot path with position-coarse / local choices (sim.pos_grain, sim.choice_ctx) is its reference."""
+@pytest.mark.parametrize("pos_grain,choice_ctx,p_copy,local_frac,local_ctx",
+                         [(1, 0, 0.0, 0.0, 1), (16, 0, 0.0, 0.0, 1), (1, 3, 0.5, 0.0, 1), (64, 2, 1.0, 0.0, 1),
+                          (1, 0, 0.0, 0.3, 1), (1, 6, 0.6, 0.4, 2), (16, 3, 0.3, 1.0, 3)])
+def test_fast_predict_equals_reference_with_local_choices(pos_grain, choice_ctx, p_copy, local_frac, local_ctx):
+    """The target's hot path with position-coarse / local choices (sim.pos_grain, sim.choice_ctx, sim.local_frac)
+    is its reference."""
     from simulators.surrogate import NGramLM
 
-    lm = NGramLM("code", 4096, pos_grain=pos_grain, choice_ctx=choice_ctx, p_copy=p_copy, p_top=0.5)
+    lm = NGramLM("code", 4096, pos_grain=pos_grain, choice_ctx=choice_ctx, p_copy=p_copy, p_top=0.5,
+                 local_frac=local_frac, local_ctx=local_ctx)
     ids = lm.prompts(3, 0)
     for prompt in ids:
         st_ = lm.start()
@@ -98,6 +104,26 @@ def test_fast_predict_equals_reference_with_local_choices(pos_grain, choice_ctx,
             nxt = lm.predict(st_)
             assert nxt == lm.reference_predict(st_)
             st_ = lm.step(st_, nxt)
+
+
+def test_local_contexts_are_decided_by_their_last_tokens_alone():
+    """With local_frac > 0 a share of contexts is continued the same way whatever came before their last local_ctx
+    tokens (a real LM's confident continuations: what keeps a Jacobi guess right after a wrong earlier token); with
+    local_frac 0 a different earlier token usually changes the continuation somewhere."""
+    from simulators.surrogate import NGramLM
+
+    tails = [tuple(p[-8:]) for p in NGramLM("code", 4096).prompts(200, 2)]
+    for frac in (0.0, 0.5, 1.0):
+        lm = NGramLM("code", 4096, local_frac=frac, local_ctx=2, p_top=0.5)
+        garbled = [(t[0] + 1,) * 6 + t[-2:] for t in tails]  # the same last 2 tokens after 6 wrong ones
+        agree = sum(lm.predict((64, t)) == lm.predict((65, g)) for t, g in zip(tails, garbled, strict=True))
+        agree /= len(tails)
+        if frac == 1.0:
+            assert agree == 1.0
+        elif frac == 0.5:
+            assert 0.5 <= agree < 1.0
+        else:
+            assert agree < 0.5
 
 
 def test_coarse_position_choices_repeat_a_phrase_a_few_tokens_later():
