@@ -229,6 +229,9 @@ def profiles_main(what: str, argv: list[str]) -> int:
         add_args(ap)
         a = ap.parse_args(argv)
         return calibrate_main(a)
+    ap.add_argument("--text", choices=["none", "decisions"], default="none",
+                    help="the surrogate target's text knobs: the defaults, or the decision profiles fitted to the real "
+                         "Qwen2.5-Coder pair on a task of the same kind (simulators.validate.TEXT_PROFILES)")
     a = ap.parse_args(argv)
     if a.prompts < 1:
         raise OuroborosError(f"--prompts must be >= 1, got {a.prompts}")
@@ -236,7 +239,7 @@ def profiles_main(what: str, argv: list[str]) -> int:
 
     from simulators.validate import paper_profiles
 
-    paper_profiles(a.prompts, a.seed, Path(a.out_dir) if a.out_dir else None)
+    paper_profiles(a.prompts, a.seed, Path(a.out_dir) if a.out_dir else None, text=a.text)
     return 0
 
 

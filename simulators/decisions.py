@@ -313,17 +313,28 @@ def add_args(ap) -> None:
     ap.add_argument("--corpus", default=None, choices=["code", "prose"],
                     help="the surrogate corpus (default: code for humaneval / mbpp, else prose)")
     ap.add_argument("--tokenizer", default=None, help="the pair's tokenizer directory (default: the fetched one)")
+    ap.add_argument("--start", default=None, help="start the search from this profile's knobs (conf/sim/<name>.yaml; "
+                                                  "default: the surrogate's defaults)")
+    ap.add_argument("--rounds", type=int, default=3, help="passes of the coordinate search (>= 1)")
 
 
 def calibrate_main(a) -> int:
     """`python -m simulators.calibrate decisions`: fit on the fit prompts, write the profile."""
     from pathlib import Path
 
-    from simulators.sim_profiles import git_commit, write_profile
+    from simulators.sim_profiles import check_profile_name, git_commit, load_profile, write_profile
 
+    if a.rounds < 1:
+        raise OuroborosError(f"--rounds must be >= 1, got {a.rounds}")
+    base: dict[str, Any] = {}
+    if a.start:
+        check_profile_name(a.start)
+        start = load_profile(a.start)
+        base = {k: start[k] for k in ("corpus", *(knob for knob, _ in FIT_GRID)) if k in start}
+    base["corpus"] = a.corpus or base.get("corpus") or ("code" if a.task in ("humaneval", "mbpp") else "prose")
     real = load_real(a.dir, a.model)
     mapper = id_mapper(a.model, a.tokenizer)
-    opts = fit_profile(real, mapper, {"corpus": a.corpus or ("code" if a.task in ("humaneval", "mbpp") else "prose")})
+    opts = fit_profile(real, mapper, base, rounds=a.rounds)
     n = len(next(iter(real.values())).results)
     fields: dict[str, Any] = {"pair": a.model}
     fields.update((k, opts[k]) for k in ("corpus", *(knob for knob, _ in FIT_GRID)) if k in opts)
@@ -334,10 +345,12 @@ def calibrate_main(a) -> int:
                       "max_new_tokens": next(iter(real.values())).budget},
            "inputs_source": "real greedy runs of the pair recorded by simulators.realcheck (traces kept in the cache "
                             "directory, not in git); no published figure is used",
-           "method": "simulators.decisions.fit_profile: coordinate search of the knobs above (3 rounds) on the "
-                     f"fit prompts, the surrogate pooled over {SIM_SEEDS} seeds, minimising squared relative errors "
-                     "of every run's eta, c, #Match, hit rates and speculative's per-position acceptance",
-           "command": f"python -m simulators.calibrate decisions --dir <recorded runs> --name {a.name}",
+           "method": f"simulators.decisions.fit_profile: coordinate search of the knobs above ({a.rounds} rounds"
+                     f"{', from ' + a.start if a.start else ''}) on the fit prompts, the surrogate pooled over "
+                     f"{SIM_SEEDS} seeds, minimising squared relative errors of every run's eta, c, #Match, hit rates "
+                     "and speculative's per-position acceptance",
+           "command": f"python -m simulators.calibrate decisions --dir <recorded runs> --name {a.name} --task {a.task}"
+                      + (f" --start {a.start}" if a.start else "") + f" --rounds {a.rounds}",
            "commit": git_commit()}
     path = write_profile(a.name, f"{a.model}, {a.task}: calibration profile (recorded real decisions)", fields, fit,
                          Path(a.out_dir) if a.out_dir else None)

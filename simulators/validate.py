@@ -73,6 +73,7 @@ class Task:
     la_eta: float | None         # (held out)
     ouro_eta: float | None       # (held out)
     p_copy: float = 0.0          # the surrogate target's copying (not a published figure; `--p-copy`)
+    text: tuple[tuple[str, Any], ...] = ()  # the surrogate target's text knobs (`--text decisions`; override p_copy)
 
     def pub_tps(self, m: str) -> float | None:
         return {"vanilla": self.vanilla_tps, "speculative": self.sps_tps, "lookahead": self.la_tps,
@@ -109,7 +110,32 @@ def agreement(a: float) -> dict[str, float]:
 
 def task_pair(task: Task, a: float, seed: int):
     return make_pair(load_conf("model", "yi34b_6b"), base_hardware(),
-                     {"corpus": task.corpus, "p_copy": task.p_copy, **agreement(a)}, seed=seed)
+                     {"corpus": task.corpus, "p_copy": task.p_copy, **dict(task.text), **agreement(a)}, seed=seed)
+
+
+# `--text decisions`: the surrogate TARGET's text knobs (how the task's text and a real LM continuing it behave:
+# copying, runner-up choices, locality) come from the decision profiles fitted to the real Qwen2.5-Coder pair's
+# recorded greedy runs on a task of the same kind (simulators/decisions.py); the DRAFT's agreement is still fitted to
+# the Yi pair's own SpS figures. No published figure enters these knobs.
+TEXT_KNOBS = ("p_copy", "p_top", "pos_grain", "choice_ctx", "local_frac", "local_ctx", "vocab", "pieces")
+TEXT_PROFILES = {"HumanEval": "qwen_coder_humaneval", "MBPP": "qwen_coder_humaneval", "GSM8K": "qwen_coder_gsm8k",
+                 "CNN/DM": "qwen_coder_mtbench", "WMT16": "qwen_coder_mtbench"}
+
+
+def text_knobs(task: Task, source: str) -> tuple[tuple[str, Any], ...]:
+    """The surrogate target's text knobs for `task` from `source` ("none": the defaults; "decisions": the task
+    kind's decision profile, TEXT_PROFILES)."""
+    if source == "none":
+        return ()
+    if source != "decisions":
+        raise OuroborosError(f"--text must be none or decisions, got {source!r}")
+    from simulators.sim_profiles import load_profile
+
+    prof = load_profile(TEXT_PROFILES[task.name])
+    if prof.get("corpus", task.corpus) != task.corpus:
+        raise OuroborosError(f"{TEXT_PROFILES[task.name]} was fitted on the {prof['corpus']} corpus, "
+                             f"{task.name} runs on {task.corpus}")
+    return tuple((k, prof[k]) for k in TEXT_KNOBS if k in prof)
 
 
 def task_prompts(pair, task: Task, n: int, seed: int) -> list[list[int]]:
@@ -308,6 +334,8 @@ def profile_calibration(n_prompts: int, seed: int, tasks: tuple[Task, ...] = TAS
         if key not in names:
             raise OuroborosError(f"conf/model/yi34b_6b.yaml names no sim profile for {key}")
         prof = load_profile(names[key])
+        if t.text != tuple((k, prof[k]) for k in TEXT_KNOBS if k in prof):
+            raise OuroborosError(f"{t.name}: the task's text knobs are not its profile's (use profile_tasks)")
         over_t[t.name], a[t.name] = float(prof["target_overhead_s"]), float(prof["alpha_easy"])
         over_d.add(float(prof["draft_overhead_s"]))
         vanilla[t.name] = run(t, "vanilla", {}, 0.5, n_prompts, seed)
@@ -317,28 +345,50 @@ def profile_calibration(n_prompts: int, seed: int, tasks: tuple[Task, ...] = TAS
     return Calibration("hf", over_t, over_d.pop(), {t.name: "hf" for t in tasks}, a, vanilla, plans)
 
 
-def paper_profiles(n_prompts: int = 16, seed: int = 0, out_dir: Path | None = None, out=print) -> list[Path]:
-    """Fit `validate paper`'s calibration (HF-schedule SpS prior) and write one profile per task."""
+def profile_tasks(tasks: tuple[Task, ...] = TASKS) -> tuple[Task, ...]:
+    """`tasks` with the surrogate target's text knobs their stored yi34b_6b profiles hold."""
+    from simulators.sim_profiles import PAPER_TASK_KEYS, load_profile, pair_profiles
+
+    names = pair_profiles("yi34b_6b")
+    out = []
+    for t in tasks:
+        key = PAPER_TASK_KEYS[t.name]
+        if key not in names:
+            raise OuroborosError(f"conf/model/yi34b_6b.yaml names no sim profile for {key}")
+        prof = load_profile(names[key])
+        out.append(replace(t, text=tuple((k, prof[k]) for k in TEXT_KNOBS if k in prof)))
+    return tuple(out)
+
+
+def paper_profiles(n_prompts: int = 16, seed: int = 0, out_dir: Path | None = None, out=print,
+                   text: str = "none") -> list[Path]:
+    """Fit `validate paper`'s calibration (HF-schedule SpS prior) and write one profile per task. text: where the
+    surrogate target's text knobs come from (`text_knobs`)."""
     from simulators.sim_profiles import PAPER_TASK_KEYS, git_commit, write_profile
 
-    cal = calibrate(n_prompts, seed, "hf")
+    tasks = tuple(replace(t, text=text_knobs(t, text)) for t in TASKS)
+    cal = calibrate(n_prompts, seed, "hf", tasks)
     commit = git_commit()
     paths = []
-    for t in TASKS:
+    for t in tasks:
         a = cal.a[t.name]
-        fields = {"pair": "yi34b_6b", "corpus": t.corpus, "alpha_easy": round(a, 6), "alpha_hard": round(a**4, 6),
-                  "target_overhead_s": round(cal.over_t[t.name], 6), "draft_overhead_s": round(cal.over_d, 6)}
+        fields = {"pair": "yi34b_6b", "corpus": t.corpus, **dict(t.text), "alpha_easy": round(a, 6),
+                  "alpha_hard": round(a**4, 6), "target_overhead_s": round(cal.over_t[t.name], 6),
+                  "draft_overhead_s": round(cal.over_d, 6)}
         fit = {"pair": "yi34b_6b (Yi-34B target, Yi-6B draft) on hardware=a800x2",
                "task": t.name,
                "inputs": {"vanilla_tok_s": t.vanilla_tps, "sps_tok_s": t.sps_tps, "sps_block_efficiency": t.sps_eta},
                "inputs_source": "../shared/PAPER_NUMBERS.md (arXiv 2402.13720 Tables 1-3); CNN/DM and WMT16 token/s "
                                 "from github.com/thunlp/Ouroboros README. No lookahead or Ouroboros figure is used.",
+               "text_knobs": (f"{', '.join(k for k, _ in t.text)} from conf/sim/{TEXT_PROFILES[t.name]}.yaml (the "
+                              "real Qwen2.5-Coder pair's recorded decisions, no published figure)" if t.text
+                              else "the surrogate's defaults"),
                "method": "simulators.validate calibrate: target overhead so vanilla token/s matches (per task); "
                          "draft overhead by least squares in log SpS token/s over the tasks with one (shared); "
                          "agreement so SpS block efficiency matches, SpS = speculative schedule=hf (transformers' "
                          "heuristic, starting at 5)",
                "surrogate_prompts": n_prompts, "seed": seed, "max_new_tokens": t.max_new,
-               "command": f"python -m simulators.calibrate paper --prompts {n_prompts} --seed {seed}",
+               "command": f"python -m simulators.calibrate paper --prompts {n_prompts} --seed {seed} --text {text}",
                "commit": commit}
         name = f"yi34b_6b_{PAPER_TASK_KEYS[t.name]}"
         paths.append(write_profile(name, f"Yi-34B/6B on 2x A800, {t.name}: calibration profile (paper figures)",
@@ -353,10 +403,13 @@ def err(pred: float, pub: float | None) -> str:
 
 
 def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
-          p_copy: dict[str, float] | None = None, profiles: bool = False) -> list[dict[str, Any]]:
+          p_copy: dict[str, float] | None = None, profiles: bool = False, text: str = "none") -> list[dict[str, Any]]:
     """p_copy: the surrogate target's copying per corpus ("code", "prose"; default 0 = none). profiles: predict
-    from the stored calibration profiles (conf/sim/yi34b_6b_<task>.yaml) instead of fitting afresh."""
-    tasks = tuple(replace(t, p_copy=(p_copy or {}).get(t.corpus, 0.0)) for t in TASKS)
+    from the stored calibration profiles (conf/sim/yi34b_6b_<task>.yaml) instead of fitting afresh. text: where the
+    surrogate target's text knobs come from (`text_knobs`: none, or decisions = the real Qwen pair's fits)."""
+    tasks = tuple(replace(t, p_copy=(p_copy or {}).get(t.corpus, 0.0), text=text_knobs(t, text)) for t in TASKS)
+    if profiles:
+        tasks = profile_tasks(tasks)
     cal = profile_calibration(n_prompts, seed, tasks) if profiles else calibrate(n_prompts, seed, sps, tasks)
     rows: list[dict[str, Any]] = []
     runs: dict[str, dict[str, Run]] = {}
@@ -475,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="copy-rate: humaneval, mtbench or a JSONL file of {prompt, completion} lines (=code or "
                          "=prose: the surrogate corpus to compare with); default humaneval=code and mtbench=prose")
     ap.add_argument("--window", type=int, default=256, help="copy-rate: how far back copying looks (tokens)")
+    ap.add_argument("--text", choices=["none", "decisions"], default="none",
+                    help="paper: the surrogate target's text knobs: the defaults, or the decision profiles fitted to "
+                         "the real Qwen2.5-Coder pair on a task of the same kind (no published figure)")
     ap.add_argument("--profiles", action="store_true",
                     help="paper: predict from the stored profiles (conf/model/yi34b_6b.yaml's sim_profiles, written by "
                          "`python -m simulators.calibrate paper`) instead of fitting afresh")
@@ -486,13 +542,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim", default=None, help="decisions: the sim profile to check (conf/sim/<name>.yaml)")
     ap.add_argument("--tokenizer", default=None, help="decisions: the pair's tokenizer dir (default: the fetched one)")
     a = ap.parse_args(argv)
-    if a.profiles and (a.sps != "hf" or a.check != "paper"):
-        raise OuroborosError("--profiles goes with `paper` and the HF SpS prior (the profiles were fitted with it)")
+    if a.profiles and (a.sps != "hf" or a.check != "paper" or a.text != "none"):
+        raise OuroborosError("--profiles goes with `paper` and the HF SpS prior, without --text (the profiles were "
+                             "fitted with the prior and hold their own text knobs)")
     for flag, value, least in (("--prompts", a.prompts, 1), ("--tokens", a.tokens, 1), ("--window", a.window, 3)):
         if value < least:
             raise OuroborosError(f"{flag} must be >= {least}, got {value}")
     if a.check == "paper":
-        paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy), profiles=a.profiles)
+        paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy), profiles=a.profiles, text=a.text)
     elif a.check == "decisions":
         from ouroboros.fetch import default_cache_dir
         from simulators.decisions import validate_main

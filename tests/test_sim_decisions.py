@@ -14,7 +14,7 @@ import yaml
 from ouroboros.backends.base import OuroborosError
 from simulators import decisions, realcheck
 from simulators.pair import make_pair
-from simulators.profiles import load_conf
+from simulators.profiles import conf_root, load_conf
 
 
 def mapper(tok):
@@ -69,7 +69,7 @@ def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
 def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
-                        tokenizer=None, out_dir=str(tmp_path), corpus=None)
+                        tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=3)
     assert decisions.calibrate_main(a) == 0
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
     assert prof["pair"] == "qwen_coder" and prof["fit"]["inputs"]["prompts"] == 4
@@ -78,6 +78,31 @@ def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch
     prof.pop("defaults")
     with pytest.raises(OuroborosError, match="fitted for pair 'qwen_coder', not for model 'yi34b_6b'"):
         make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), prof)
+
+
+def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
+    """--start PROFILE seeds the search with that profile's knobs (its corpus too), --rounds sets the passes; a bad
+    --rounds or an unknown profile is refused before any recording is read."""
+    seen = {}
+
+    def fake_fit(real, mapper_, base, rounds=3, **_):
+        seen.update(base=dict(base), rounds=rounds)
+        return dict(base)
+
+    monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
+    monkeypatch.setattr(decisions, "fit_profile", fake_fit)
+    a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
+                        tokenizer=None, out_dir=str(tmp_path), corpus=None, start="qwen_coder_humaneval", rounds=1)
+    assert decisions.calibrate_main(a) == 0
+    start = yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval.yaml").read_text())
+    assert seen["rounds"] == 1 and seen["base"]["corpus"] == "code"
+    assert seen["base"]["p_copy"] == start["p_copy"] and seen["base"]["alpha_easy"] == start["alpha_easy"]
+    prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
+    assert "--start qwen_coder_humaneval --rounds 1" in prof["fit"]["command"]
+    for bad, msg in (({"rounds": 0}, "--rounds must be >= 1, got 0"),
+                     ({"start": "nope"}, "unknown sim profile 'nope'")):
+        with pytest.raises(OuroborosError, match=msg):
+            decisions.calibrate_main(SimpleNamespace(**{**vars(a), "dir": str(tmp_path / "none"), **bad}))
 
 
 def test_no_recording_is_one_line(tmp_path):

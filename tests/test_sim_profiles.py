@@ -2,6 +2,7 @@
 works), every pair names only its own, a profile's fit states paper inputs of its own pair only, the fitted clock
 reaches make_pair, another pair's profile is refused, and two profiles give different decisions."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,29 @@ def test_every_fitted_knob_is_documented_in_a_written_profile():
     from simulators.sim_profiles import FIELD_DOCS
 
     assert [k for k, _ in FIT_GRID if not FIELD_DOCS.get(k)] == []
+
+
+def test_paper_text_knobs_come_from_the_real_pairs_decision_profiles():
+    """`validate paper --text decisions`: each paper task's surrogate target takes its text knobs from the decision
+    profile of a real-pair task of the same kind (the draft's agreement is still the Yi pair's own fit), and they reach
+    the simulated pair; without --text the target keeps the defaults."""
+    from simulators.validate import TASKS, TEXT_KNOBS, TEXT_PROFILES, task_pair, text_knobs
+
+    for t in TASKS:
+        assert text_knobs(t, "none") == ()
+        knobs = dict(text_knobs(t, "decisions"))
+        prof = load_profile(TEXT_PROFILES[t.name])
+        assert prof["pair"] == "qwen_coder" and prof["corpus"] == t.corpus
+        assert knobs == {k: prof[k] for k in TEXT_KNOBS if k in prof} and "alpha_easy" not in knobs
+        lm = task_pair(replace(t, text=tuple(knobs.items())), 0.9, 0).target.lm
+        assert (lm.p_copy, lm.p_top) == (knobs["p_copy"], knobs["p_top"])
+    with pytest.raises(OuroborosError, match="--text must be none or decisions"):
+        text_knobs(TASKS[0], "paper")
+
+
+def test_validate_paper_refuses_profiles_with_text(capsys):
+    from simulators.validate import main
+
+    assert main(["paper", "--profiles", "--text", "decisions"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--profiles goes with `paper`" in err[0] and "without --text" in err[0]
