@@ -17,9 +17,10 @@
    relative error. Prompts are split by position: even ones fit (`calibrate decisions`), odd ones evaluate.
 
 Surrogate fit (`fit_profile`): coordinate search on the fit prompts over the draft's agreement knobs (alpha_easy,
-alpha_hard, hard_frac, burst_len), the target's copying (p_copy), top-continuation rate (p_top) and the locality
-of its choices (pos_grain, choice_ctx), against every run's eta, c, #Match and hit rates (and speculative's
-per-position acceptance) at once.
+alpha_hard, hard_frac, burst_len), the target's copying (p_copy), top-continuation rate (p_top), the locality
+of its choices (pos_grain, choice_ctx) and of its confident continuations (local_frac, local_ctx), against every
+run's eta, c, #Match and hit rates (and speculative's per-position acceptance) at once; `--start PROFILE` begins
+from a stored profile's knobs, `--rounds` sets the passes.
 Knows nothing of real models (the real side is traces).
 """
 
@@ -278,11 +279,12 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------------------------- the fit
 def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = None, out=print,
-                rounds: int = 3, seeds: int = SIM_SEEDS) -> dict[str, Any]:
+                rounds: int = 3, seeds: int = SIM_SEEDS, near: int = 0) -> dict[str, Any]:
     """Coordinate search of the surrogate's knobs on the FIT prompts only (even positions): each knob in turn takes
     the grid value minimising the summed squared relative error of every run's target statistics (FIT_KEYS:
     eta, c, #Match, hit rates) plus speculative's per-position acceptance; `rounds` passes (the knobs interact).
-    Returns sim options."""
+    near > 0: a knob whose current value is on its grid tries only the values within `near` grid steps of it (a
+    refit from a stored profile). Returns sim options."""
     opts: dict[str, Any] = {"corpus": "code", **(base or {})}
     fit_real = {label: stats([run.results[i] for i in split(len(run.results))[0]]) for label, run in real.items()}
 
@@ -299,6 +301,9 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
 
     for _ in range(rounds):
         for knob, grid in FIT_GRID:
+            if near and opts.get(knob) in grid:
+                i = grid.index(opts[knob])
+                grid = grid[max(0, i - near): i + near + 1]
             errs = {v: err_of({**opts, knob: v}) for v in grid}
             opts[knob] = min(errs, key=errs.__getitem__)
             out(f"fit {knob} = {opts[knob]} (error {errs[opts[knob]]:.4f})")
@@ -316,6 +321,8 @@ def add_args(ap) -> None:
     ap.add_argument("--start", default=None, help="start the search from this profile's knobs (conf/sim/<name>.yaml; "
                                                   "default: the surrogate's defaults)")
     ap.add_argument("--rounds", type=int, default=3, help="passes of the coordinate search (>= 1)")
+    ap.add_argument("--near", type=int, default=0, help="each knob tries only grid values within this many steps "
+                                                        "of its current one (0: the whole grid)")
 
 
 def calibrate_main(a) -> int:
@@ -326,6 +333,8 @@ def calibrate_main(a) -> int:
 
     if a.rounds < 1:
         raise OuroborosError(f"--rounds must be >= 1, got {a.rounds}")
+    if a.near < 0:
+        raise OuroborosError(f"--near must be >= 0, got {a.near}")
     base: dict[str, Any] = {}
     if a.start:
         check_profile_name(a.start)
@@ -334,7 +343,7 @@ def calibrate_main(a) -> int:
     base["corpus"] = a.corpus or base.get("corpus") or ("code" if a.task in ("humaneval", "mbpp") else "prose")
     real = load_real(a.dir, a.model)
     mapper = id_mapper(a.model, a.tokenizer)
-    opts = fit_profile(real, mapper, base, rounds=a.rounds)
+    opts = fit_profile(real, mapper, base, rounds=a.rounds, near=a.near)
     n = len(next(iter(real.values())).results)
     fields: dict[str, Any] = {"pair": a.model}
     fields.update((k, opts[k]) for k in ("corpus", *(knob for knob, _ in FIT_GRID)) if k in opts)
@@ -346,11 +355,13 @@ def calibrate_main(a) -> int:
            "inputs_source": "real greedy runs of the pair recorded by simulators.realcheck (traces kept in the cache "
                             "directory, not in git); no published figure is used",
            "method": f"simulators.decisions.fit_profile: coordinate search of the knobs above ({a.rounds} rounds"
-                     f"{', from ' + a.start if a.start else ''}) on the fit prompts, the surrogate pooled over "
-                     f"{SIM_SEEDS} seeds, minimising squared relative errors of every run's eta, c, #Match, hit rates "
-                     "and speculative's per-position acceptance",
+                     f"{', from ' + a.start if a.start else ''}"
+                     f"{f', within {a.near} grid steps' if a.near else ''}) on the fit prompts, the surrogate "
+                     f"pooled over {SIM_SEEDS} seeds, minimising squared relative errors of every run's eta, c, "
+                     "#Match, hit rates and speculative's per-position acceptance",
            "command": f"python -m simulators.calibrate decisions --dir <recorded runs> --name {a.name} --task {a.task}"
-                      + (f" --start {a.start}" if a.start else "") + f" --rounds {a.rounds}",
+                      + (f" --start {a.start}" if a.start else "") + f" --rounds {a.rounds}"
+                      + (f" --near {a.near}" if a.near else ""),
            "commit": git_commit()}
     path = write_profile(a.name, f"{a.model}, {a.task}: calibration profile (recorded real decisions)", fields, fit,
                          Path(a.out_dir) if a.out_dir else None)

@@ -69,7 +69,7 @@ def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
 def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
-                        tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=3)
+                        tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=3, near=0)
     assert decisions.calibrate_main(a) == 0
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
     assert prof["pair"] == "qwen_coder" and prof["fit"]["inputs"]["prompts"] == 4
@@ -85,21 +85,22 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
     --rounds or an unknown profile is refused before any recording is read."""
     seen = {}
 
-    def fake_fit(real, mapper_, base, rounds=3, **_):
-        seen.update(base=dict(base), rounds=rounds)
+    def fake_fit(real, mapper_, base, rounds=3, near=0, **_):
+        seen.update(base=dict(base), rounds=rounds, near=near)
         return dict(base)
 
     monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
     monkeypatch.setattr(decisions, "fit_profile", fake_fit)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
-                        tokenizer=None, out_dir=str(tmp_path), corpus=None, start="qwen_coder_humaneval", rounds=1)
+                        tokenizer=None, out_dir=str(tmp_path), corpus=None, start="qwen_coder_humaneval", rounds=1,
+                        near=1)
     assert decisions.calibrate_main(a) == 0
     start = yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval.yaml").read_text())
-    assert seen["rounds"] == 1 and seen["base"]["corpus"] == "code"
+    assert seen["rounds"] == 1 and seen["near"] == 1 and seen["base"]["corpus"] == "code"
     assert seen["base"]["p_copy"] == start["p_copy"] and seen["base"]["alpha_easy"] == start["alpha_easy"]
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
-    assert "--start qwen_coder_humaneval --rounds 1" in prof["fit"]["command"]
-    for bad, msg in (({"rounds": 0}, "--rounds must be >= 1, got 0"),
+    assert "--start qwen_coder_humaneval --rounds 1 --near 1" in prof["fit"]["command"]
+    for bad, msg in (({"rounds": 0}, "--rounds must be >= 1, got 0"), ({"near": -1}, "--near must be >= 0, got -1"),
                      ({"start": "nope"}, "unknown sim profile 'nope'")):
         with pytest.raises(OuroborosError, match=msg):
             decisions.calibrate_main(SimpleNamespace(**{**vars(a), "dir": str(tmp_path / "none"), **bad}))
