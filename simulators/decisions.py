@@ -336,10 +336,13 @@ def calibrate_main(a) -> int:
     if a.near < 0:
         raise OuroborosError(f"--near must be >= 0, got {a.near}")
     base: dict[str, Any] = {}
+    start_fit: dict[str, Any] | None = None
     if a.start:
         check_profile_name(a.start)
         start = load_profile(a.start)
         base = {k: start[k] for k in ("corpus", *(knob for knob, _ in FIT_GRID)) if k in start}
+        earlier = start.get("fit") or {}
+        start_fit = {"profile": a.start, **{k: earlier[k] for k in ("command", "commit") if k in earlier}}
     base["corpus"] = a.corpus or base.get("corpus") or ("code" if a.task in ("humaneval", "mbpp") else "prose")
     real = load_real(a.dir, a.model)
     mapper = id_mapper(a.model, a.tokenizer)
@@ -356,13 +359,16 @@ def calibrate_main(a) -> int:
                             "directory, not in git); no published figure is used",
            "method": f"simulators.decisions.fit_profile: coordinate search of the knobs above ({a.rounds} rounds"
                      f"{', from ' + a.start if a.start else ''}"
-                     f"{f', within {a.near} grid steps' if a.near else ''}) on the fit prompts, the surrogate "
+                     f"{f', within {a.near} grid step' + 's' * (a.near > 1) if a.near else ''}) on the fit prompts, "
+                     "the surrogate "
                      f"pooled over {SIM_SEEDS} seeds, minimising squared relative errors of every run's eta, c, "
                      "#Match, hit rates and speculative's per-position acceptance",
            "command": f"python -m simulators.calibrate decisions --dir <recorded runs> --name {a.name} --task {a.task}"
                       + (f" --start {a.start}" if a.start else "") + f" --rounds {a.rounds}"
                       + (f" --near {a.near}" if a.near else ""),
            "commit": git_commit()}
+    if start_fit:
+        fit["start"] = start_fit    # the profile the search began from, and how that one was fitted
     path = write_profile(a.name, f"{a.model}, {a.task}: calibration profile (recorded real decisions)", fields, fit,
                          Path(a.out_dir) if a.out_dir else None)
     print(f"wrote {path}")

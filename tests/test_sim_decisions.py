@@ -100,6 +100,8 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
     assert seen["base"]["p_copy"] == start["p_copy"] and seen["base"]["alpha_easy"] == start["alpha_easy"]
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
     assert "--start qwen_coder_humaneval --rounds 1 --near 1" in prof["fit"]["command"]
+    assert prof["fit"]["start"] == {"profile": "qwen_coder_humaneval", "command": start["fit"]["command"],
+                                    "commit": start["fit"]["commit"]}
     for bad, msg in (({"rounds": 0}, "--rounds must be >= 1, got 0"), ({"near": -1}, "--near must be >= 0, got -1"),
                      ({"start": "nope"}, "unknown sim profile 'nope'")):
         with pytest.raises(OuroborosError, match=msg):
