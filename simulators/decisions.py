@@ -71,6 +71,7 @@ class RealRun:
     results: list[PromptResult] = field(default_factory=list)   # replayed, in recorded order per folder
     prompts: list[list[int]] = field(default_factory=list)       # real prompt ids, same order
     groups: list[int] = field(default_factory=list)              # which folder (one proposer per folder)
+    unrecorded: dict[str, int] = field(default_factory=dict)     # prompt id -> contexts the replay asked, not recorded
 
 
 def folders(root: str) -> list[str]:
@@ -101,19 +102,31 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
             proposer = build_proposer(name, params, sim.target, sim.draft if get_spec(name).needs_draft_model else None)
             run = runs.setdefault(label, RealRun(label, name, params, rs[0]["budget"]))
             warm_up(sim, proposer, by_id[rs[0]["prompt_id"]].ids)
+            lms = (sim.target.lm, sim.draft.lm)
             for r in rs:
                 p = by_id[r["prompt_id"]]
+                before = sum(lm.misses for lm in lms)  # type: ignore[attr-defined]
                 res = decode(sim.target, proposer, p.ids, r["budget"], sim.eos_ids, prompt_id=p.id)
                 proposer.checkpoint()
                 if res.output != r["output"]:
                     raise OuroborosError(f"{label}: the replay of {p.id} differs from the recorded output")
+                missed = sum(lm.misses for lm in lms) - before  # type: ignore[attr-defined]
+                if missed:
+                    run.unrecorded[p.id] = missed
                 run.results.append(res)
                 run.prompts.append(list(p.ids))
                 run.groups.append(g)
-            misses = sim.target.lm.misses + sim.draft.lm.misses  # type: ignore[attr-defined]
-            if misses:
-                raise OuroborosError(f"{label} in {d}: {misses} contexts were not recorded (an incomplete trace)")
     return runs
+
+
+def unrecorded_notes(real: dict[str, RealRun]) -> list[str]:
+    """One line per run whose replay asked contexts the recording never saw, though its outputs are the real ones.
+    Cause: in bf16 a real model can answer one context two ways in forwards of different shapes (a near-tie); the
+    trace keeps one answer per context, so the replay takes the other branch there (of a draft's lookahead, or of
+    tree nodes off the committed path). That run's statistics are the replay's, approximate on those prompts."""
+    return [f"note: {run.label}: {sum(run.unrecorded.values())} contexts not in the trace on prompt(s) "
+            f"{', '.join(run.unrecorded)} (outputs identical; bf16 near-ties answered two ways by the real pair), "
+            "its statistics there are the replay's" for run in real.values() if run.unrecorded]
 
 
 def stats(results: list[PromptResult]) -> dict[str, float]:
@@ -345,6 +358,8 @@ def calibrate_main(a) -> int:
         start_fit = {"profile": a.start, **{k: earlier[k] for k in ("command", "commit") if k in earlier}}
     base["corpus"] = a.corpus or base.get("corpus") or ("code" if a.task in ("humaneval", "mbpp") else "prose")
     real = load_real(a.dir, a.model)
+    for line in unrecorded_notes(real):
+        print(line)
     mapper = id_mapper(a.model, a.tokenizer)
     opts = fit_profile(real, mapper, base, rounds=a.rounds, near=a.near)
     n = len(next(iter(real.values())).results)
@@ -385,6 +400,8 @@ def validate_main(root: str, sim: str | None, model: str = "qwen_coder", tokeniz
     real = load_real(root, model)
     mapper = id_mapper(model, tokenizer)
     rows = compare(real, opts, mapper, "eval")
+    for line in unrecorded_notes(real):
+        out(line)
     out(f"held-out prompts (odd positions), sim={sim or 'default'}:")
     out(table(rows))
     sc = score(rows)

@@ -108,6 +108,29 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
             decisions.calibrate_main(SimpleNamespace(**{**vars(a), "dir": str(tmp_path / "none"), **bad}))
 
 
+def test_a_context_answered_two_ways_is_reported_not_fatal(recorded, tmp_path):
+    """bf16 near-ties: the real draft can answer one context two ways (forwards of different shapes); the trace keeps
+    one answer, so the replay asks contexts never recorded. Outputs still equal the recording's: the run loads, and
+    the contexts it missed are reported per prompt (a different output is still an error)."""
+    import json
+    import shutil
+
+    d = tmp_path / "rec" / "a"
+    shutil.copytree(recorded / "a", d)
+    path = d / realcheck.trace_name("speculative:gamma=3")
+    doc = json.loads(path.read_text())
+    entries = doc["models"]["draft"]["entries"]
+    for e in entries[len(entries) // 3: len(entries) // 3 + 3]:  # the draft answers a few contexts the other way
+        e[2] = (e[2] + 1) % doc["models"]["draft"]["vocab_size"]
+    path.write_text(json.dumps(doc))
+    real = decisions.load_real(str(d.parent))
+    sps = real["speculative:gamma=3"]
+    assert sps.unrecorded and all(n > 0 for n in sps.unrecorded.values())
+    assert not real["vanilla"].unrecorded
+    (note,) = decisions.unrecorded_notes(real)
+    assert note.startswith("note: speculative:gamma=3: ") and "bf16 near-ties" in note
+
+
 def test_no_recording_is_one_line(tmp_path):
     with pytest.raises(OuroborosError, match="no recorded runs under"):
         decisions.load_real(str(tmp_path))
