@@ -102,15 +102,15 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
             proposer = build_proposer(name, params, sim.target, sim.draft if get_spec(name).needs_draft_model else None)
             run = runs.setdefault(label, RealRun(label, name, params, rs[0]["budget"]))
             warm_up(sim, proposer, by_id[rs[0]["prompt_id"]].ids)
-            lms = (sim.target.lm, sim.draft.lm)
+            lms = (sim.target.lm, sim.draft.lm)  # type: ignore[attr-defined]
             for r in rs:
                 p = by_id[r["prompt_id"]]
-                before = sum(lm.misses for lm in lms)  # type: ignore[attr-defined]
+                before = sum(lm.misses for lm in lms)
                 res = decode(sim.target, proposer, p.ids, r["budget"], sim.eos_ids, prompt_id=p.id)
                 proposer.checkpoint()
                 if res.output != r["output"]:
                     raise OuroborosError(f"{label}: the replay of {p.id} differs from the recorded output")
-                missed = sum(lm.misses for lm in lms) - before  # type: ignore[attr-defined]
+                missed = sum(lm.misses for lm in lms) - before
                 if missed:
                     run.unrecorded[p.id] = missed
                 run.results.append(res)
@@ -313,10 +313,11 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
         return e
 
     for _ in range(rounds):
-        for knob, grid in FIT_GRID:
-            if near and opts.get(knob) in grid:
-                i = grid.index(opts[knob])
-                grid = grid[max(0, i - near): i + near + 1]
+        for knob, full in FIT_GRID:
+            grid: tuple[Any, ...] = full
+            if near and opts.get(knob) in full:
+                i = full.index(opts[knob])
+                grid = full[max(0, i - near): i + near + 1]
             errs = {v: err_of({**opts, knob: v}) for v in grid}
             opts[knob] = min(errs, key=errs.__getitem__)
             out(f"fit {knob} = {opts[knob]} (error {errs[opts[knob]]:.4f})")
