@@ -321,21 +321,13 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...
 def profile_calibration(n_prompts: int, seed: int, tasks: tuple[Task, ...] = TASKS) -> Calibration:
     """The calibration stored in conf/model/yi34b_6b.yaml's per-task profiles (conf/sim/yi34b_6b_<task>.yaml, written
     by `python -m simulators.calibrate paper`) instead of a fresh fit: what `run ... sim=<profile>` runs with."""
-    from simulators.sim_profiles import PAPER_TASK_KEYS, load_profile, pair_profiles
-
-    names = pair_profiles("yi34b_6b")
     over_t: dict[str, float] = {}
     a: dict[str, float] = {}
     over_d: set[float] = set()
     vanilla: dict[str, Run] = {}
     plans: dict[str, dict[str, tuple[float, Run]]] = {}
     for t in tasks:
-        key = PAPER_TASK_KEYS[t.name]
-        if key not in names:
-            raise OuroborosError(f"conf/model/yi34b_6b.yaml names no sim profile for {key}")
-        prof = load_profile(names[key])
-        if t.text != tuple((k, prof[k]) for k in TEXT_KNOBS if k in prof):
-            raise OuroborosError(f"{t.name}: the task's text knobs are not its profile's (use profile_tasks)")
+        prof = yi_profile(t)
         over_t[t.name], a[t.name] = float(prof["target_overhead_s"]), float(prof["alpha_easy"])
         over_d.add(float(prof["draft_overhead_s"]))
         vanilla[t.name] = run(t, "vanilla", {}, 0.5, n_prompts, seed)
@@ -345,19 +337,21 @@ def profile_calibration(n_prompts: int, seed: int, tasks: tuple[Task, ...] = TAS
     return Calibration("hf", over_t, over_d.pop(), {t.name: "hf" for t in tasks}, a, vanilla, plans)
 
 
-def profile_tasks(tasks: tuple[Task, ...] = TASKS) -> tuple[Task, ...]:
-    """`tasks` with the surrogate target's text knobs their stored yi34b_6b profiles hold."""
+def yi_profile(task: Task) -> dict[str, Any]:
+    """The stored yi34b_6b calibration profile of `task` (conf/model/yi34b_6b.yaml's sim_profiles)."""
     from simulators.sim_profiles import PAPER_TASK_KEYS, load_profile, pair_profiles
 
-    names = pair_profiles("yi34b_6b")
-    out = []
-    for t in tasks:
-        key = PAPER_TASK_KEYS[t.name]
-        if key not in names:
-            raise OuroborosError(f"conf/model/yi34b_6b.yaml names no sim profile for {key}")
-        prof = load_profile(names[key])
-        out.append(replace(t, text=tuple((k, prof[k]) for k in TEXT_KNOBS if k in prof)))
-    return tuple(out)
+    key, names = PAPER_TASK_KEYS[task.name], pair_profiles("yi34b_6b")
+    if key not in names:
+        raise OuroborosError(f"conf/model/yi34b_6b.yaml names no sim profile for {key}")
+    return load_profile(names[key])
+
+
+def profile_tasks(tasks: tuple[Task, ...] = TASKS) -> tuple[Task, ...]:
+    """`tasks` with the surrogate target's text knobs their stored yi34b_6b profiles hold (profile_calibration's
+    tasks)."""
+    return tuple(replace(t, text=tuple((k, p[k]) for k in TEXT_KNOBS if k in p)) for t in tasks
+                 for p in (yi_profile(t),))
 
 
 def paper_profiles(n_prompts: int = 16, seed: int = 0, out_dir: Path | None = None, out=print,
