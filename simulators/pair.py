@@ -40,7 +40,7 @@ SIM_DEFAULTS: dict[str, Any] = {
     "pos_grain": 1,               # its varied choices depend on the position in blocks of this many tokens
     "choice_ctx": 0,              # ... and on this many last tokens (0: all tail_len = 8)
     "local_frac": 0.0,            # share of contexts whose next token the last `local_ctx` tokens alone decide
-    "local_ctx": 1,
+    "local_ctx": 1,               # ... that many last tokens (1..order)
     "alpha_easy": 0.92,           # surrogate draft agreement in easy stretches
     "alpha_hard": 0.45,           # ... in hard stretches
     "hard_frac": 0.25,            # fraction of positions in hard stretches
