@@ -13,6 +13,11 @@
   paper's code runs) the score matrix [heads, k, ctx + k] is materialised in memory (fp16 scores, scaling, mask
   add, fp32 softmax, cast back: 24 bytes per element at fp16) and the KV cache is copied (torch.cat of the
   legacy cache) and expanded to all heads (GQA repeat_kv) every forward; both are memory traffic at bw.
+- Batches (`batch_forward_s`): B sequences with k_i new tokens over ctx_i cached ones in ONE forward read the
+  weights once and run the matmuls over sum(k_i) tokens (tile-rounded), while KV reads and attention are per
+  sequence: t = fixed + token_s sum k + max(weight_s, flop tile(sum k)) + sum(kv ctx_i + attn k_i (ctx_i + k_i)).
+  This is why speculation pays less under load: at B = 1 verifying k tokens costs about one weight read, but
+  once sum(k_i) crosses the roofline's ridge every drafted token costs compute. `calibrate batch` measures it.
 - head_s_per_row: what one LM-head output row (a logits row) costs. The formula above is for a forward that
   computes logits at every fed token, as scoring does (k rows); one that keeps fewer (`logits=`: a prefill keeps
   1) is cheaper by head_s_per_row per row not computed, floored at fixed + weight reads + KV reads. A big
@@ -80,6 +85,33 @@ class CostModel:
         if logits is not None and logits < k and self.head_s_per_row:
             floor = self.fixed_s + self.weight_s + ctx * self.kv_s_per_ctx
             t = max(t - self.head_s_per_row * (k - max(logits, 1)), floor)
+        return t
+
+    def batch_forward_s(self, rows: list[tuple[int, int, int | None]]) -> float:
+        """Seconds for ONE forward over a batch: `rows` = (k_i new tokens, ctx_i cached tokens, logits rows or None
+        = k_i) per sequence. Weights are read once, the matmuls run over sum(k_i) (tile-rounded), KV reads and
+        attention are per sequence. With one row it equals `forward_s`."""
+        if not rows:
+            raise OuroborosError("a batched forward needs at least one sequence")
+        if len(rows) == 1:
+            k, ctx, lg = rows[0]
+            return self.forward_s(k, ctx, lg)
+        ks = kv = attn = saved = 0.0
+        for k, ctx, lg in rows:
+            if k <= 0 or ctx < 0:
+                raise OuroborosError(f"a forward needs k >= 1 new tokens and ctx >= 0 cached ones, got k={k}, "
+                                     f"ctx={ctx}")
+            ks += k
+            kv += ctx
+            attn += k * (ctx + k)
+            if lg is not None and lg < k:
+                saved += k - max(lg, 1)
+        kt = -(-int(ks) // self.tile) * self.tile
+        mm = self.flop_s_per_token * kt
+        t = (self.fixed_s + self.token_s * ks + (mm if mm > self.weight_s else self.weight_s)
+             + kv * self.kv_s_per_ctx + self.attn_s_per_q_ctx * attn)
+        if saved and self.head_s_per_row:
+            t = max(t - self.head_s_per_row * saved, self.fixed_s + self.weight_s + kv * self.kv_s_per_ctx)
         return t
 
     def scaled(self, factor: float) -> CostModel:
@@ -175,6 +207,7 @@ class FitPoint:
     k: int
     ctx: int
     seconds: float
+    batch: int = 1      # B sequences of k new tokens over ctx cached ones each, in one forward
 
 
 @dataclass(frozen=True)
@@ -196,9 +229,11 @@ def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name
 
     if len(points) < len(_FIT_FIELDS):
         raise OuroborosError(f"fitting the cost model needs >= {len(_FIT_FIELDS)} points, got {len(points)}")
-    if any(p.seconds <= 0 or p.k < 1 or p.ctx < 0 for p in points):
-        raise OuroborosError("fit points need k >= 1, ctx >= 0 and seconds > 0")
-    k = np.array([p.k for p in points], dtype=float)
+    if any(p.seconds <= 0 or p.k < 1 or p.ctx < 0 or p.batch < 1 for p in points):
+        raise OuroborosError("fit points need k >= 1, ctx >= 0, batch >= 1 and seconds > 0")
+    b = np.array([p.batch for p in points], dtype=float)
+    k = np.array([p.k for p in points], dtype=float) * b          # tokens in the forward
+    kq = np.array([p.k for p in points], dtype=float)             # per sequence
     ctx = np.array([p.ctx for p in points], dtype=float)
     t = np.array([p.seconds for p in points])
     scale = float(t.min())
@@ -208,7 +243,8 @@ def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name
 
         def model(x, kt=kt):
             fixed, token, weight, flop, kv, attn = x
-            return fixed + token * k + np.maximum(weight, flop * kt) + ctx * kv + attn * k * (ctx + k)
+            return (fixed + token * k + np.maximum(weight, flop * kt) + b * ctx * kv
+                    + attn * b * kq * (ctx + kq))
 
         x0 = np.array([0.3 * scale, 0.1 * scale / max(k.max(), 1), 0.5 * scale, scale / max(kt.max(), 1),
                        0.01 * scale / max(ctx.max(), 1), 0.001 * scale / max((k * ctx).max(), 1)])
@@ -220,5 +256,5 @@ def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name
             best = (err, cm)
     assert best is not None
     cm = best[1]
-    rel = tuple(cm.forward_s(p.k, p.ctx) / p.seconds - 1 for p in points)
+    rel = tuple(cm.batch_forward_s([(p.k, p.ctx, None)] * p.batch) / p.seconds - 1 for p in points)
     return cm, FitReport(sum(map(abs, rel)) / len(rel), max(map(abs, rel)), rel)

@@ -159,28 +159,36 @@ class HFBackend:
             self.cache_len = len(prompt) - 1
             self.counters.prefill_tokens += len(prompt) - 1
 
-    @torch.inference_mode()
-    def score(self, draft: Draft, want_logits: bool = False) -> Scores:
+    def _score_inputs(self, draft: Draft) -> tuple[list[int], list[int] | None, int]:
+        """(ids, positions or None = plain causal, pending count) of the forward that scores `draft`."""
         if self._scored_nodes >= 0:
             raise RuntimeError("score() called twice without commit()")
         pending = self.tokens[self.cache_len:]
-        n_p, n = len(pending), len(draft)
+        n_p = len(pending)
         if n_p == 0:
             raise RuntimeError("no pending token to score from (call prefill first)")
-        base = self.cache_len
         if draft.is_chain:
-            positions, mask = None, None  # plain causal attention
-        else:
-            if self.tree_refusal() is not None:
-                raise OuroborosError(f"the {self.name} model cannot score a token tree ({self.tree_refusal()})")
-            positions = list(range(base, base + n_p)) + [base + n_p + d for d in draft.depths]
-            mask = self._tree_mask(draft.parents, n_p, base)  # [1, 1, q, base + q] (per layer type)
-        logits = self._forward(pending + draft.tokens, positions, mask, keep=n + 1)  # [n + 1, V]
+            return pending + draft.tokens, None, n_p
+        if self.tree_refusal() is not None:
+            raise OuroborosError(f"the {self.name} model cannot score a token tree ({self.tree_refusal()})")
+        base = self.cache_len
+        positions = list(range(base, base + n_p)) + [base + n_p + d for d in draft.depths]
+        return pending + draft.tokens, positions, n_p
+
+    def _scored(self, logits, n_p: int, n: int, want_logits: bool) -> Scores:
         self._scored_pending, self._scored_nodes = n_p, n
         self.counters.forwards += 1
         self.counters.tokens += n_p + n
         preds = logits.argmax(-1).tolist()  # the step's one deliberate device sync
         return Scores(preds=preds, logits=logits if want_logits else None)
+
+    @torch.inference_mode()
+    def score(self, draft: Draft, want_logits: bool = False) -> Scores:
+        ids, positions, n_p = self._score_inputs(draft)
+        n = len(draft)
+        mask = None if positions is None else self._tree_mask(draft.parents, n_p, self.cache_len)
+        logits = self._forward(ids, positions, mask, keep=n + 1)  # [n + 1, V]
+        return self._scored(logits, n_p, n, want_logits)
 
     # ------------------------------------------------------------------ cache edits
     def _layers(self):
@@ -222,3 +230,69 @@ class HFBackend:
 
     def append(self, tokens: list[int]) -> None:
         self.tokens.extend(tokens)
+
+
+@torch.inference_mode()
+def score_batch(backends: list[HFBackend], drafts: list[Draft], want_logits: list[bool]) -> list[Scores]:
+    """ONE forward of a shared model over several sequences, each an `HFBackend` on that model with its own cache
+    and draft tree: the rows of a batch. Each row's cached KV is left-padded to the longest (padding is masked),
+    its pending tokens + tree nodes right-padded to the widest row (padding queries see only themselves), with
+    per-row positions and a per-row 4-D tree mask; afterwards each row's new KV is appended to its own cache, so
+    `commit` / `rollback` work per row exactly as after `score`. Every row gets the predictions its own `score`
+    would give (exact in fp64: tests/test_batch.py)."""
+    if len(backends) == 1:
+        return [backends[0].score(drafts[0], want_logits[0])]
+    b0 = backends[0]
+    if any(b.model is not b0.model for b in backends):
+        raise RuntimeError("score_batch: every row must run on the same model")
+    if any(w is not None for w in b0._windows):
+        raise OuroborosError(f"batched decoding needs full-attention layers; {b0.config.model_type} has sliding "
+                             f"windows here")
+    inputs = [b._score_inputs(d) for b, d in zip(backends, drafts, strict=True)]
+    bases = [b.cache_len for b in backends]
+    n_rows, L = len(backends), max(bases)
+    Q = max(len(ids) for ids, _, _ in inputs)
+    dev, dt = b0.device, b0.dtype
+    ids_t = torch.zeros(n_rows, Q, dtype=torch.long)
+    pos_t = torch.zeros(n_rows, Q, dtype=torch.long)
+    mask = torch.full((n_rows, 1, Q, L + Q), torch.finfo(dt).min, dtype=dt)
+    for r, (d, (ids, positions, n_p), base) in enumerate(zip(drafts, inputs, bases, strict=True)):
+        q = len(ids)
+        ids_t[r, :q] = torch.tensor(ids)
+        pos_t[r, :q] = torch.tensor(positions) if positions is not None else torch.arange(base, base + q)
+        m = additive_mask(d.parents, n_p, base, dt)[0, 0]  # [q, base + q]
+        mask[r, 0, :q, L - base:L] = m[:, :base]
+        mask[r, 0, :q, L:L + q] = m[:, base:]
+        for i in range(q, Q):  # padding queries attend to themselves only (no all-masked softmax row)
+            mask[r, 0, i, L + i] = 0
+    cache = DynamicCache()
+    if L > 0:
+        ref = next(b for b, base in zip(backends, bases, strict=True) if base == L)
+        for li, layer in enumerate(ref._layers()):
+            ks: list[torch.Tensor] = []
+            vs: list[torch.Tensor] = []
+            for b, base in zip(backends, bases, strict=True):
+                k = b._layers()[li].keys if base else None
+                v = b._layers()[li].values if base else None
+                pad = L - base
+                if pad:
+                    z = layer.keys.new_zeros(layer.keys.shape[:-2] + (pad, layer.keys.shape[-1]))
+                    k = z if k is None else torch.cat([z, k], dim=-2)
+                    v = z if v is None else torch.cat([z, v], dim=-2)
+                ks.append(k)  # type: ignore[arg-type]
+                vs.append(v)  # type: ignore[arg-type]
+            cache.update(torch.cat(ks), torch.cat(vs), li)
+    first = min(n_p - 1 for _, _, n_p in inputs)  # the earliest query whose logits some row needs
+    keep = Q - first
+    out = b0.model(input_ids=ids_t.to(dev), position_ids=pos_t.to(dev), attention_mask=mask.to(dev), use_cache=True,
+                   logits_to_keep=keep, **{b0._cache_kw: cache})
+    logits = out.logits  # [rows, keep, V]
+    scores = []
+    for r, (b, d, (ids, _, n_p), wl) in enumerate(zip(backends, drafts, inputs, want_logits, strict=True)):
+        q, n = len(ids), len(d)
+        for li, layer in enumerate(cache.layers):
+            keys, values = layer.keys, layer.values  # type: ignore[union-attr]
+            assert keys is not None and values is not None and b.cache is not None
+            b.cache.update(keys[r:r + 1, :, L:L + q], values[r:r + 1, :, L:L + q], li)
+        scores.append(b._scored(logits[r, n_p - 1 - first:q - first], n_p, n, wl))
+    return scores

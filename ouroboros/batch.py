@@ -1,0 +1,495 @@
+"""Batched decoding: many requests at once, one batched forward per model per step, through the ONE loop.
+
+Every request runs `decode.decode` unchanged, in its own thread, on `Row` backends: a `Row` is a Backend whose
+`score` does not compute but hands its draft to the `Scheduler` and waits. The scheduler is cooperative and
+deterministic: exactly one request thread runs at a time, in admission order; when every active request waits on
+a forward, it fires ONE batched forward for one model (the draft model before the target, so a step is one batched
+draft phase then one batched verification) over every request waiting on that model, then lets those requests go
+on, in admission order. Each request thus verifies and commits its own tree, exactly as alone (batched scoring is
+exact per row), while the clock is charged once per batched forward:
+
+- `HFEngine`: one real forward over the rows (`backends.hf.score_batch`: left-padded caches, per-row positions
+  and tree masks), wall clock;
+- `SimEngine`: each row's own simulated scoring (its surrogate or replayed decisions), and the simulated clock is
+  charged the cost model's `batch_forward_s` of the rows' shapes, once per batched forward.
+
+Requests join and leave between forwards (continuous batching): `serve` admits a new request when one finishes
+(closed loop, concurrency C) or when its arrival time has come (open loop, Poisson arrivals, simulated clock
+only). A request's prefill is its own forward, charged when it joins (no chunked prefill).
+
+Knows nothing of Hydra, records or which strategy runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ouroboros.contracts import Backend, Clock, Counters, DecodeState, OuroborosError, Proposer, Scores
+from ouroboros.draft import Draft
+from ouroboros.metrics import PromptResult
+
+
+# ----------------------------------------------------------------------------------------------- engines
+class SimEngine:
+    """Simulated batched forwards: decisions from each row's own backend, time from the batch cost model."""
+
+    def __init__(self) -> None:
+        from simulators.backend import SimClock
+
+        self.clock = SimClock()
+
+    def forward(self, backends: list[Any], drafts: list[Draft], want: list[bool]) -> list[Scores]:
+        rows = [(len(b.tokens) - b.cache_len + len(d), b.cache_len, len(d) + 1) for b, d in zip(backends, drafts,
+                                                                                            strict=True)]
+        out = [b.score(d, w) for b, d, w in zip(backends, drafts, want, strict=True)]
+        self.clock.charge(backends[0].cost.batch_forward_s(rows))
+        return out
+
+    def prefill(self, backend: Any, prompt: list[int]) -> None:
+        backend.prefill(prompt)
+        if len(prompt) > 1:
+            self.clock.charge(backend.cost.forward_s(len(prompt) - 1, 0, logits=1))
+
+
+class HFEngine:
+    """Real batched forwards on transformers models (`score_batch`), timed by the wall clock."""
+
+    def __init__(self, cuda: bool = False) -> None:
+        from ouroboros.backends.base import WallClock
+
+        self.clock = WallClock(cuda=cuda)
+
+    def forward(self, backends: list[Any], drafts: list[Draft], want: list[bool]) -> list[Scores]:
+        from ouroboros.backends.hf import score_batch
+
+        return score_batch(backends, drafts, want)
+
+    def prefill(self, backend: Any, prompt: list[int]) -> None:
+        backend.prefill(prompt)
+
+
+def engine_for(backend: Backend) -> SimEngine | HFEngine:
+    from ouroboros.backends.hf import HFBackend
+
+    if isinstance(backend, HFBackend):
+        return HFEngine(cuda=backend.device.type == "cuda")
+    if hasattr(backend, "cost"):   # SimBackend, ProxyBackend: the simulated clock
+        return SimEngine()
+    raise OuroborosError(f"batched decoding runs on the hf and sim backends, not on {type(backend).__name__}")
+
+
+# ----------------------------------------------------------------------------------------------- rows
+TARGET, DRAFT = "target", "draft"
+
+
+class Row:
+    """One request slot's view of a model in a batch: the Backend protocol, with `score` batched by the scheduler.
+    A slot's rows (and its proposer) serve its requests one after another; `task` is the current one."""
+
+    def __init__(self, inner: Any, sched: Scheduler, role: str):
+        self.inner, self.sched, self.role = inner, sched, role
+        self.task: Task | None = None
+        self.vocab_size, self.max_context = inner.vocab_size, inner.max_context
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.inner.tokens
+
+    @property
+    def cache_len(self) -> int:
+        return self.inner.cache_len
+
+    @property
+    def counters(self) -> Counters:
+        return self.inner.counters
+
+    @property
+    def clock(self) -> Clock:
+        return self.sched.engine.clock
+
+    def tree_refusal(self) -> str | None:
+        return self.inner.tree_refusal()
+
+    def prefill(self, prompt: list[int]) -> None:
+        self.sched.engine.prefill(self.inner, prompt)
+
+    def score(self, draft: Draft, want_logits: bool = False) -> Scores:
+        assert self.task is not None
+        return self.sched.call(self.task, self.role, self.inner, draft, want_logits)
+
+    def commit(self, path: list[int], new_tokens: list[int]) -> None:
+        self.inner.commit(path, new_tokens)
+        task = self.task
+        if self.role == TARGET and task is not None and task.first_token_s is None and new_tokens:
+            task.first_token_s = self.sched.engine.clock.now()
+
+    def rollback(self, n: int) -> None:
+        self.inner.rollback(n)
+
+    def append(self, tokens: list[int]) -> None:
+        self.inner.append(tokens)
+
+
+@dataclass
+class Request:
+    prompt: list[int]
+    budget: int
+    id: str
+    arrival_s: float = 0.0      # when it arrives (clock seconds); closed loop: when it is admitted
+
+
+@dataclass
+class Task:
+    """A request being decoded: its slot, its gate (released when it may run) and its timings."""
+
+    req: Request
+    slot: int
+    gate: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+    result: Scores | None = None
+    start_s: float = 0.0
+    first_token_s: float | None = None
+    end_s: float = 0.0
+    out: PromptResult | None = None
+    error: BaseException | None = None
+    batch_sizes: list[int] = field(default_factory=list)   # rows in each of its target forwards
+
+
+@dataclass
+class Served:
+    """One request's outcome: its decode record and its serving timings (clock seconds)."""
+
+    result: PromptResult
+    arrival_s: float
+    start_s: float
+    first_token_s: float
+    end_s: float
+    slot: int
+    mean_batch: float           # mean rows in the target forwards that verified its drafts
+
+    @property
+    def latency_s(self) -> float:
+        return self.end_s - self.arrival_s
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float:
+        n = len(self.result.output)
+        return (self.end_s - self.first_token_s) / (n - 1) if n > 1 else 0.0
+
+
+# ----------------------------------------------------------------------------------------------- scheduler
+class Scheduler:
+    """Deterministic cooperative scheduling of request threads around batched forwards (module docstring).
+    `refill()` (called with the lock held whenever the running thread stops) admits whatever may join now."""
+
+    def __init__(self, engine: SimEngine | HFEngine, refill: Callable[[], None] | None = None):
+        self.engine = engine
+        self.refill = refill
+        self._lock = threading.Lock()
+        self.active: list[Task] = []             # admitted, not finished (admission order)
+        self._waiting: dict[int, tuple[str, Any, Draft, bool]] = {}   # id(task) -> (role, backend, draft, logits)
+        self._runnable: list[Task] = []
+        self.done = threading.Event()
+        self.forwards: dict[str, int] = {}
+        self.rows: dict[str, int] = {}
+
+    @property
+    def batch_size(self) -> int:
+        """Requests decoding now (what a load-aware policy sizes its drafts for)."""
+        return len(self.active)
+
+    def admit(self, task: Task, thread: threading.Thread) -> None:
+        """Add a request (called with the lock held, from `refill`): it runs when its turn comes."""
+        task.start_s = self.engine.clock.now()
+        self.active.append(task)
+        self._runnable.append(task)
+        thread.start()
+
+    def start(self) -> None:
+        with self._lock:
+            self._pass_turn()
+
+    # called from the request thread that holds the turn
+    def call(self, task: Task, role: str, backend: Any, draft: Draft, want_logits: bool) -> Scores:
+        with self._lock:
+            self._waiting[id(task)] = (role, backend, draft, want_logits)
+            self._pass_turn()
+        task.gate.acquire()
+        if task.error is not None:
+            raise task.error
+        res, task.result = task.result, None
+        assert res is not None
+        return res
+
+    def run_task(self, task: Task, body: Callable[[Task], PromptResult]) -> None:
+        """A request thread: wait for the first turn, decode, leave."""
+        task.gate.acquire()
+        try:
+            task.out = body(task)
+        except BaseException as e:  # noqa: BLE001 - serve() re-raises it after every thread has stopped
+            task.error = e
+        with self._lock:
+            task.end_s = self.engine.clock.now()
+            self.active.remove(task)
+            self._pass_turn()
+
+    def _pass_turn(self) -> None:
+        """The running thread stops (it waits on a forward or has finished): admit who may join, then wake the
+        next runnable request, or, when every active request waits, fire one batched forward first."""
+        while True:
+            if self.refill is not None:
+                self.refill()
+            if self._runnable:
+                self._runnable.pop(0).gate.release()
+                return
+            if not self.active:
+                self.done.set()
+                return
+            self._fire()
+
+    def _fire(self) -> None:
+        waiting = [t for t in self.active if id(t) in self._waiting]
+        if len(waiting) != len(self.active):
+            raise RuntimeError("batch scheduler: a request neither runs nor waits")
+        roles = {self._waiting[id(t)][0] for t in waiting}
+        role = DRAFT if DRAFT in roles else TARGET   # a step drafts before it verifies
+        batch = [t for t in waiting if self._waiting[id(t)][0] == role]
+        calls = [self._waiting.pop(id(t)) for t in batch]
+        try:
+            out = self.engine.forward([c[1] for c in calls], [c[2] for c in calls], [c[3] for c in calls])
+        except BaseException as e:  # noqa: BLE001 - re-raised in every request thread of the batch
+            for t in batch:
+                t.error = e
+        else:
+            for t, s in zip(batch, out, strict=True):
+                t.result = s
+        self.forwards[role] = self.forwards.get(role, 0) + 1
+        self.rows[role] = self.rows.get(role, 0) + len(batch)
+        if role == TARGET:
+            for t in batch:
+                t.batch_sizes.append(len(batch))
+        self._runnable.extend(batch)
+
+
+# ----------------------------------------------------------------------------------------------- load-aware
+@dataclass
+class LoadAware:
+    """Wraps any drafting proposer: before each step, caps the draft depth at the d that maximises expected new
+    tokens per second of batched forwards at the current batch size B:
+
+        E[tokens | d] = (1 - a^(d+1)) / (1 - a)     (a: the request's acceptance per draft position, running MLE)
+        cost(d) = T(B rows of 1 + d tokens) + d * D(B rows of 1 token)
+
+    with T, D the target's and the draft's batched cost models (D = None when the strategy has no draft model).
+    d = 0 is a plain vanilla step. Lossless by construction: it only lowers `max_depth()`, which every proposer
+    honours (tests/test_batch.py checks the outputs)."""
+
+    inner: Any
+    load: Callable[[], int]                 # the current batch size
+    target_cost: Any
+    draft_cost: Any = None
+    max_draft: int = 16
+    decay: float = 0.95                     # the running estimate's memory per step
+    successes: float = 1.2                  # prior: acceptance 0.6 over 2 pseudo-positions
+    failures: float = 0.8
+    chosen: list[int] = field(default_factory=list)
+    _offered: int = 0
+
+    def __getattr__(self, name: str) -> Any:   # counters, needs_draft_model, tree_models, stats, checkpoint
+        return getattr(self.inner, name)
+
+    def begin(self, prompt: list[int]) -> None:
+        self.inner.begin(prompt)
+
+    def alpha(self) -> float:
+        return min(self.successes / (self.successes + self.failures), 0.98)
+
+    def best_depth(self, batch: int, ctx: int) -> int:
+        a = self.alpha()
+        best, best_rate = 0, 0.0
+        for d in range(self.max_draft + 1):
+            t = self.target_cost.batch_forward_s([(1 + d, ctx, None)] * batch)
+            if d and self.draft_cost is not None:
+                t += d * self.draft_cost.batch_forward_s([(1, ctx, None)] * batch)
+            rate = (1 - a ** (d + 1)) / (1 - a) / t
+            if rate > best_rate:
+                best, best_rate = d, rate
+        return best
+
+    def propose(self, state: DecodeState) -> Draft:
+        from dataclasses import replace
+
+        d = self.best_depth(max(self.load(), 1), len(state.tokens))
+        self.chosen.append(d)
+        if d < state.max_depth():
+            state = replace(state, remaining=d + 1)
+        draft = self.inner.propose(state)
+        self._offered = candidate_depth(draft)
+        return draft
+
+    def observe(self, verdict: Any, scores: Scores, state: DecodeState) -> None:
+        if self._offered:
+            m = len(verdict.path)
+            self.successes = self.successes * self.decay + m
+            self.failures = self.failures * self.decay + (1 if m < self._offered else 0)
+        self.inner.observe(verdict, scores, state)
+
+
+def candidate_depth(draft: Draft) -> int:
+    from ouroboros.draft import CANDIDATE
+
+    if not len(draft):
+        return 0
+    if draft.is_chain:
+        return len(draft)
+    depths = [d for d, k in zip(draft.depths, draft.kinds, strict=True) if k == CANDIDATE]
+    return 1 + max(depths) if depths else 0
+
+
+# ----------------------------------------------------------------------------------------------- serving
+@dataclass
+class Load:
+    concurrency: int = 1          # requests decoding at once at most (closed loop: a new one starts as one ends)
+    rate: float | None = None     # open loop: Poisson arrivals per second (simulated clock only); None = closed
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise OuroborosError(f"serve.concurrency must be >= 1, got {self.concurrency}")
+        if self.rate is not None and not self.rate > 0:
+            raise OuroborosError(f"serve.rate must be > 0 requests per second, got {self.rate}")
+
+
+def arrivals(n: int, rate: float, seed: int) -> list[float]:
+    """Poisson arrival times (seconds) of n requests at `rate` per second."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+@dataclass
+class Slot:
+    target: Row
+    draft: Row | None
+    proposer: Proposer
+
+
+def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
+          make_slot: Callable[[Scheduler], Slot], eos_ids: Sequence[int] = (), verifier: Any = None) -> list[Served]:
+    """Decode every request under `load` with continuous batching, each through the one loop; returns them in
+    request order. `make_slot(sched)` builds a slot: fresh rows on the pair and a proposer on them, kept from
+    request to request (as a single-request runner keeps its proposer)."""
+    from ouroboros.decode import decode, greedy_verifier
+    from simulators.backend import SimClock
+
+    if not requests:
+        raise OuroborosError("serve: no requests")
+    verifier = verifier or greedy_verifier
+    reqs = [Request(r.prompt, r.budget, r.id, r.arrival_s) for r in requests]
+    if load.rate is not None:
+        if not isinstance(engine.clock, SimClock):
+            raise OuroborosError("open-loop arrivals (serve.rate) need the simulated clock (backend=sim)")
+        for r, t in zip(reqs, arrivals(len(reqs), load.rate, load.seed), strict=True):
+            r.arrival_s = t
+    queue = list(reqs)
+    free = list(range(load.concurrency))
+    slots: dict[int, Slot] = {}
+    tasks: list[Task] = []
+
+    def refill() -> None:
+        now = engine.clock.now()
+        if load.rate is not None and queue and free and not sched.active and queue[0].arrival_s > now:
+            engine.clock.charge(queue[0].arrival_s - now)   # type: ignore[union-attr]  # idle until the next one
+            now = engine.clock.now()
+        while queue and free and (load.rate is None or queue[0].arrival_s <= now):
+            req = queue.pop(0)
+            if load.rate is None:
+                req.arrival_s = now
+            task = Task(req, heapq.heappop(free))
+            if task.slot not in slots:
+                slots[task.slot] = make_slot(sched)
+            slot = slots[task.slot]
+            for row in (slot.target, slot.draft):
+                if row is not None:
+                    row.task = task
+            tasks.append(task)
+
+            def body(task: Task, slot: Slot = slot) -> PromptResult:
+                res = decode(slot.target, slot.proposer, task.req.prompt, task.req.budget, eos_ids, verifier,
+                             task.req.id)
+                slot.proposer.checkpoint()
+                return res
+
+            sched.admit(task, threading.Thread(target=sched.run_task, args=(task, body), daemon=True))
+
+    def busy_slots() -> set[int]:
+        return {t.slot for t in sched.active}
+
+    def refill_all() -> None:
+        for s in range(load.concurrency):
+            if s not in free and s not in busy_slots() and s in slots:
+                heapq.heappush(free, s)
+        refill()
+
+    sched = Scheduler(engine, refill_all)
+    sched.start()
+    sched.done.wait()
+    errors = [t.error for t in tasks if t.error is not None]
+    if errors:
+        raise errors[0]
+    out = []
+    by_req = {id(t.req): t for t in tasks}
+    for r in reqs:
+        tk = by_req[id(r)]
+        assert tk.out is not None
+        first = tk.first_token_s if tk.first_token_s is not None else tk.end_s
+        mean_b = sum(tk.batch_sizes) / len(tk.batch_sizes) if tk.batch_sizes else 0.0
+        out.append(Served(tk.out, r.arrival_s, tk.start_s, first, tk.end_s, tk.slot, mean_b))
+    return out
+
+
+def fresh_like(backend: Any) -> Any:
+    """A new backend on the same model as `backend` (own tokens and cache): one per batch slot."""
+    from ouroboros.backends.hf import HFBackend
+    from simulators.backend import ProxyBackend, SimBackend, SimClock
+
+    if isinstance(backend, HFBackend):
+        return HFBackend(backend.model, backend.max_context, backend.name)
+    if isinstance(backend, SimBackend):
+        return SimBackend(backend.lm, backend.cost, SimClock(), backend.max_context, backend.name)
+    if isinstance(backend, ProxyBackend):
+        return ProxyBackend(fresh_like(backend.inner), backend.cost, SimClock(), backend.name)
+    raise OuroborosError(f"batched decoding runs on the hf and sim backends, not on {type(backend).__name__}")
+
+
+def slot_factory(target: Backend, draft: Backend | None, strategy: str, params: dict[str, Any],
+                 load_aware: bool = False, max_draft: int = 16) -> Callable[[Scheduler], Slot]:
+    """`make_slot` for `serve`: fresh rows on the pair's models and the strategy's proposer on them; with
+    `load_aware`, the proposer wrapped in `LoadAware` (sized by the pair's cost models: sim backends only)."""
+    from ouroboros.strategies import build_proposer, get_spec
+
+    needs_draft = bool(get_spec(strategy).needs_draft_model)
+    if load_aware and not hasattr(target, "cost"):
+        raise OuroborosError("serve.load_aware sizes drafts with the cost model: it runs on backend=sim")
+
+    def make(sched: Scheduler) -> Slot:
+        t_row = Row(fresh_like(target), sched, TARGET)
+        d_row = Row(fresh_like(draft), sched, DRAFT) if needs_draft and draft is not None else None
+        prop: Any = build_proposer(strategy, params, t_row, d_row)
+        if load_aware:
+            prop = LoadAware(prop, lambda: sched.batch_size, target.cost,  # type: ignore[attr-defined]
+                             getattr(draft, "cost", None) if d_row is not None else None, max_draft)
+        return Slot(t_row, d_row, prop)
+
+    return make

@@ -1,0 +1,208 @@
+"""Batched decoding (ouroboros/batch.py): every row of a batch is token-identical to its own batch-1 greedy
+reference (fp64 tiny models, rows of different lengths, EOS in one row while the others go on), for every
+strategy, on the hf backend (one real batched forward per model per step) and on the simulator; the batched clock
+charges one forward per batch; load-aware drafting stays lossless and stops drafting where it cannot pay."""
+
+import pytest
+import torch
+from conftest import get_draft, get_model
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference import reference_greedy
+from strategy_params import PARAMS
+
+from ouroboros.backends.hf import HFBackend, score_batch
+from ouroboros.batch import HFEngine, Load, Request, SimEngine, serve, slot_factory
+from ouroboros.contracts import OuroborosError
+from ouroboros.decode import decode
+from ouroboros.draft import Draft
+from ouroboros.strategies import REGISTRY, build_proposer
+from simulators.cost_model import CostModel
+
+
+def _tree() -> Draft:
+    d = Draft()
+    d.add_path([5, 6, 7], -1, merge=False)
+    d.add_path([5, 9], -1, merge=True)
+    d.add_path([11], -1, merge=False)
+    return d
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_score_batch_equals_per_row_score(family):
+    model = get_model(family)
+    prompts = [[1, 2, 3, 4, 5, 6, 7], [9], [3, 3, 8, 1]]
+    drafts = [_tree(), Draft.chain([4, 4]), Draft()]
+    singles, rows = [], []
+    for p in prompts:
+        a, b = HFBackend(model), HFBackend(model)
+        a.prefill(p)
+        b.prefill(p)
+        singles.append(a)
+        rows.append(b)
+    want = [a.score(d, want_logits=True) for a, d in zip(singles, drafts, strict=True)]
+    got = score_batch(rows, drafts, [True] * 3)
+    for w, g in zip(want, got, strict=True):
+        assert g.preds == w.preds
+        torch.testing.assert_close(g.logits, w.logits, rtol=1e-9, atol=1e-9)
+    # commit per row, then a second batched step from the compacted caches
+    for a, b, w, d in zip(singles, rows, want, drafts, strict=True):
+        path = [0] if len(d) else []
+        new = ([d.tokens[0]] if path else []) + [w.preds[len(path)]]
+        a.commit(path, new)
+        b.commit(path, new)
+    chains = [Draft.chain([1]), Draft.chain([2, 3]), _tree()]
+    want = [a.score(d) for a, d in zip(singles, chains, strict=True)]
+    got = score_batch(rows, chains, [False] * 3)
+    assert [g.preds for g in got] == [w.preds for w in want]
+
+
+def _pld_prompt(n: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    unit = torch.randint(0, 64, (3,), generator=g).tolist()
+    return (unit * 8)[:n]
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_hf_batch_rows_match_reference(name, data):
+    family = data.draw(st.sampled_from(["llama", "qwen2"]), label="family")
+    noise = data.draw(st.sampled_from([0.0, 0.1, 3.0]), label="noise")
+    params = data.draw(PARAMS[name], label="params")
+    conc = data.draw(st.integers(1, 4), label="concurrency")
+    n_req = data.draw(st.integers(1, 5), label="requests")
+    target_model, draft_model = get_model(family), get_draft(family, noise=noise)
+    reqs, expected = [], []
+    lens = data.draw(st.lists(st.integers(1, 20), min_size=n_req, max_size=n_req), label="lens")
+    budgets = data.draw(st.lists(st.integers(1, 16), min_size=n_req, max_size=n_req), label="budgets")
+    eos_row = data.draw(st.integers(0, n_req - 1), label="eos_row")
+    free = reference_greedy(target_model, _pld_prompt(lens[eos_row], eos_row), budgets[eos_row])
+    eos = (free[len(free) // 2],)   # an EOS one row emits mid-way: it stops while the others go on
+    for i, (n, b) in enumerate(zip(lens, budgets, strict=True)):
+        p = _pld_prompt(n, i)
+        reqs.append(Request(p, b, f"r{i}"))
+        expected.append(reference_greedy(target_model, p, b, eos))
+    target = HFBackend(target_model)
+    draft = HFBackend(draft_model)
+    out = serve(reqs, Load(concurrency=conc), HFEngine(), slot_factory(target, draft, name, params), eos)
+    assert [s.result.output for s in out] == expected
+    assert all(s.end_s >= s.first_token_s >= s.arrival_s for s in out)
+    assert max(s.mean_batch for s in out) <= conc
+
+
+def _sim_pair():
+    from simulators import make_pair
+
+    return make_pair(_llama_profile(), _h100(), {"devices": 2, "placement": "tensor"})
+
+
+def _llama_profile():
+    from simulators.profiles import load_conf
+
+    return dict(load_conf("model", "llama70b_7b"))
+
+
+def _h100():
+    from simulators.profiles import load_conf
+
+    return dict(load_conf("hardware", "h100"))
+
+
+@pytest.mark.parametrize("name", ["vanilla", "speculative", "pld", "ouroboros", "lookahead"])
+def test_sim_batch_rows_match_single_and_batching_saves_time(name):
+    pair = _sim_pair()
+    prompts = pair.default_prompts(6, 0)
+    singles = []
+    t = type(pair.target)(pair.target.lm, pair.target.cost, type(pair.target.clock)(), pair.target.max_context)
+    d = type(pair.draft)(pair.draft.lm, pair.draft.cost, t.clock, pair.draft.max_context)
+    prop = build_proposer(name, {}, t, d if REGISTRY[name].needs_draft_model else None)
+    for p in prompts:  # one proposer over the prompts, as a slot keeps it (Ouroboros' pool has a history)
+        singles.append(decode(t, prop, p.ids, 48, pair.eos_ids, prompt_id=p.id))
+    reqs = [Request(p.ids, 48, p.id) for p in prompts]
+    one = serve(reqs, Load(concurrency=1), SimEngine(), slot_factory(pair.target, pair.draft, name, {}),
+                pair.eos_ids)
+    six = serve(reqs, Load(concurrency=6), SimEngine(), slot_factory(pair.target, pair.draft, name, {}),
+                pair.eos_ids)
+    assert [s.result.output for s in one] == [r.output for r in singles]
+    assert [s.result.output for s in six] == [r.output for r in singles]
+    # concurrency 1: the serving clock is the sum of the single runs' modelled times (prefill included)
+    assert max(s.end_s for s in one) == pytest.approx(sum(r.elapsed_s for r in singles), rel=1e-9)
+    # six at once: the weights are read once per batched forward, so the makespan is far shorter
+    assert max(s.end_s for s in six) < 0.5 * max(s.end_s for s in one)
+
+
+def test_open_loop_arrivals_and_idle_clock():
+    pair = _sim_pair()
+    prompts = pair.default_prompts(5, 1)
+    reqs = [Request(p.ids, 16, p.id) for p in prompts]
+    out = serve(reqs, Load(concurrency=8, rate=0.01, seed=3), SimEngine(),
+                slot_factory(pair.target, pair.draft, "speculative", {}), pair.eos_ids)
+    arr = [s.arrival_s for s in out]
+    assert arr == sorted(arr) and arr[0] > 0
+    # at 0.01 requests/s each request is alone: it starts on arrival and its latency is the single-request time
+    assert all(s.start_s == pytest.approx(s.arrival_s) for s in out)
+    assert all(s.mean_batch == 1.0 for s in out)
+
+
+def test_load_aware_is_lossless_and_stops_drafting_when_compute_bound():
+    pair = _sim_pair()
+    prompts = pair.default_prompts(4, 2)
+    reqs = [Request(p.ids, 32, p.id) for p in prompts]
+    base = serve(reqs, Load(concurrency=4), SimEngine(), slot_factory(pair.target, pair.draft, "speculative", {}),
+                 pair.eos_ids)
+    aware = serve(reqs, Load(concurrency=4), SimEngine(),
+                  slot_factory(pair.target, pair.draft, "speculative", {}, load_aware=True), pair.eos_ids)
+    assert [s.result.output for s in aware] == [s.result.output for s in base]
+    from ouroboros.batch import LoadAware
+
+    # a compute-bound target (no weight-read floor): drafting never pays, at any batch size
+    flat = CostModel(flop_s_per_token=1.0)
+    la = LoadAware(None, lambda: 8, flat, CostModel(flop_s_per_token=0.1))
+    assert la.best_depth(8, 100) == 0
+    # a memory-bound target with a cheap draft and high acceptance: drafting pays at batch 1, not at batch 512
+    mem = CostModel(weight_s=1.0, flop_s_per_token=0.01)
+    la = LoadAware(None, lambda: 1, mem, CostModel(weight_s=0.02, flop_s_per_token=0.0002), successes=9, failures=1)
+    assert la.best_depth(1, 100) >= 4
+    assert la.best_depth(512, 100) < la.best_depth(1, 100)
+
+
+def test_bad_loads_are_one_line_errors():
+    with pytest.raises(OuroborosError, match="concurrency must be >= 1"):
+        Load(concurrency=0)
+    with pytest.raises(OuroborosError, match="rate must be > 0"):
+        Load(rate=0.0)
+    target = HFBackend(get_model("llama"))
+    with pytest.raises(OuroborosError, match="need the simulated clock"):
+        serve([Request([1, 2], 4, "a")], Load(rate=1.0), HFEngine(), slot_factory(target, None, "vanilla", {}))
+    with pytest.raises(OuroborosError, match="load_aware"):
+        slot_factory(target, None, "pld", {}, load_aware=True)
+
+
+def test_batch_cost_model():
+    cm = CostModel(fixed_s=1e-3, token_s=1e-6, weight_s=5e-3, flop_s_per_token=1e-4, tile=8, kv_s_per_ctx=1e-7,
+                   attn_s_per_q_ctx=1e-9, head_s_per_row=1e-5)
+    assert cm.batch_forward_s([(5, 100, None)]) == cm.forward_s(5, 100)
+    assert cm.batch_forward_s([(5, 100, 2)]) == cm.forward_s(5, 100, logits=2)
+    two = cm.batch_forward_s([(1, 100, None), (1, 300, None)])
+    # weights once, KV per sequence: far below two separate forwards, above one
+    assert cm.forward_s(1, 300) < two < cm.forward_s(1, 100) + cm.forward_s(1, 300)
+    assert two == pytest.approx(cm.fixed_s + 2 * cm.token_s + cm.weight_s + 400 * cm.kv_s_per_ctx
+                                + cm.attn_s_per_q_ctx * (101 + 301))
+    # past the ridge (sum k x flop > weight read) each token costs compute
+    big = cm.batch_forward_s([(8, 0, None)] * 16)
+    assert big == pytest.approx(cm.fixed_s + 128 * cm.token_s + 128 * cm.flop_s_per_token
+                                + cm.attn_s_per_q_ctx * 16 * 64)
+    with pytest.raises(OuroborosError):
+        cm.batch_forward_s([])
+
+
+def test_fit_recovers_a_batched_cost_model():
+    from simulators.cost_model import FitPoint, fit
+
+    true = CostModel(fixed_s=2e-3, token_s=1e-5, weight_s=3e-2, flop_s_per_token=2e-3, tile=1, kv_s_per_ctx=2e-6,
+                     attn_s_per_q_ctx=1e-8)
+    pts = [FitPoint(k, c, true.batch_forward_s([(k, c, None)] * b), batch=b)
+           for k in (1, 2, 4, 8) for c in (64, 512) for b in (1, 2, 4, 8)]
+    cm, rep = fit(pts, tiles=(1,))
+    assert rep.max_abs_rel_err < 0.02
