@@ -285,41 +285,91 @@ class LoadAware:
     """Wraps any drafting proposer: before each step, caps the draft depth at the d that maximises expected new
     tokens per second of batched forwards at the current batch size B:
 
-        E[tokens | d] = (1 - a^(d+1)) / (1 - a)     (a: the request's acceptance per draft position, running MLE)
-        cost(d) = T(B rows of 1 + d tokens) + d * D(B rows of 1 token)
+        E[tokens | d] = 1 + sum_{i<=d} p_1 ... p_i    (p_i: acceptance at depth i given depth i - 1 was accepted,
+                                                       this request's running estimate: acceptance is bursty, so
+                                                       p_i grows with i and a single geometric rate undervalues
+                                                       deep drafts)
+        cost(d) = T(B rows of 1 + r d tokens) + f d * D(B rows of w tokens)
 
-    with T, D the target's and the draft's batched cost models (D = None when the strategy has no draft model).
-    d = 0 is a plain vanilla step. Lossless by construction: it only lowers `max_depth()`, which every proposer
-    honours (tests/test_batch.py checks the outputs)."""
+    with T, D the target's and the draft's batched cost models (D = None when the strategy has no draft model) and
+    the strategy's own shape, measured as it runs: r = draft nodes per unit of depth (1 for a chain; more for trees
+    and probe windows), f = draft forwards per unit of depth (1 for SpS; below 1 where the drafter emits several
+    tokens per forward, as Ouroboros' does), w = tokens per draft forward. d = 0 is a plain vanilla step. Every
+    `explore_every`-th step that drafts at all drafts uncapped, so the acceptance of depths the cap cuts off stays
+    measured (a step with drafting off explores nothing: at high load that would cost a whole draft). Lossless by
+    construction: it only lowers `max_depth()`, which every proposer honours (tests/test_batch.py checks it)."""
 
     inner: Any
     load: Callable[[], int]                 # the current batch size
     target_cost: Any
     draft_cost: Any = None
     max_draft: int = 16
-    decay: float = 0.95                     # the running estimate's memory per step
-    successes: float = 1.2                  # prior: acceptance 0.6 over 2 pseudo-positions
-    failures: float = 0.8
+    decay: float = 0.98                     # the running estimates' memory per observation
+    prior: float = 0.7                      # acceptance at depth 1 before any is observed (`prior_weight` steps)
+    prior_weight: float = 2.0
+    explore_every: int = 8                  # every n-th step drafts uncapped, so deep acceptance stays measured
     chosen: list[int] = field(default_factory=list)
+    _steps: int = 0
     _offered: int = 0
 
-    def __getattr__(self, name: str) -> Any:   # counters, needs_draft_model, tree_models, stats, checkpoint
+    def __post_init__(self) -> None:
+        n = self.max_draft + 1
+        self._reached = [0.0] * n     # [i]: decayed steps that offered depth i with depth i - 1 accepted
+        self._accepted = [0.0] * n    # [i]: ... and depth i accepted too
+        # decayed sums over drafting steps: depth, target nodes, draft forwards, draft tokens (prior: one step of
+        # a chain drafted one token per draft forward)
+        self._shape = [1.0, 1.0, 1.0 if self.draft_cost is not None else 0.0, 1.0]
+        self._mark: tuple[int, int] | None = None
+
+    def __getattr__(self, name: str) -> Any:   # counters, needs_draft_model, tree_models, checkpoint
         return getattr(self.inner, name)
 
     def begin(self, prompt: list[int]) -> None:
+        self.chosen = []
         self.inner.begin(prompt)
 
-    def alpha(self) -> float:
-        return min(self.successes / (self.successes + self.failures), 0.98)
+    def stats(self) -> dict[str, float]:
+        """The inner proposer's stats + the chosen depth caps (`load_aware.depth_sum` / `load_aware.steps`)."""
+        return {**self.inner.stats(), "load_aware.depth_sum": float(sum(self.chosen)),
+                "load_aware.steps": float(len(self.chosen)), "load_aware.off_steps": float(self.chosen.count(0))}
+
+    def acceptances(self, d: int) -> list[float]:
+        """p_1 .. p_d. Each depth's prior is the estimate one depth up (`prior` for depth 1): a depth seldom
+        offered inherits the trend, so deeper drafts keep being tried where the shallower ones pay."""
+        out, q = [], self.prior
+        for i in range(1, d + 1):
+            q = (self._accepted[i] + q * self.prior_weight) / (self._reached[i] + self.prior_weight)
+            out.append(q)
+        return out
+
+    def acceptance(self, i: int) -> float:
+        return self.acceptances(i)[-1]
+
+    def expected_tokens(self, d: int) -> float:
+        e, run = 1.0, 1.0
+        for p in self.acceptances(d):
+            run *= p
+            e += run
+        return e
+
+    def shape(self) -> tuple[float, float, float]:
+        """(r, f, w): target nodes per depth, draft forwards per depth, tokens per draft forward."""
+        depth, nodes, fwd, toks = self._shape
+        return nodes / depth, fwd / depth, (toks / fwd if fwd > 0 else 1.0)
 
     def best_depth(self, batch: int, ctx: int) -> int:
-        a = self.alpha()
         best, best_rate = 0, 0.0
+        ps = self.acceptances(self.max_draft)
+        r, f, w = self.shape()
+        e, run = 1.0, 1.0
         for d in range(self.max_draft + 1):
-            t = self.target_cost.batch_forward_s([(1 + d, ctx, None)] * batch)
-            if d and self.draft_cost is not None:
-                t += d * self.draft_cost.batch_forward_s([(1, ctx, None)] * batch)
-            rate = (1 - a ** (d + 1)) / (1 - a) / t
+            if d:
+                run *= ps[d - 1]
+                e += run
+            t = self.target_cost.batch_forward_s([(1 + max(1, round(r * d)) if d else 1, ctx, None)] * batch)
+            if d and self.draft_cost is not None and f > 0:
+                t += f * d * self.draft_cost.batch_forward_s([(max(1, round(w)), ctx, None)] * batch)
+            rate = e / t
             if rate > best_rate:
                 best, best_rate = d, rate
         return best
@@ -328,19 +378,32 @@ class LoadAware:
         from dataclasses import replace
 
         d = self.best_depth(max(self.load(), 1), len(state.tokens))
+        if d:   # drafting pays: every n-th such step drafts uncapped (when drafting is off, nothing is explored)
+            self._steps += 1
+            if self._steps % self.explore_every == 0:
+                d = state.max_depth()
         self.chosen.append(d)
         if d < state.max_depth():
             state = replace(state, remaining=d + 1)
+        c = self.inner.counters
+        mark = (c.forwards, c.tokens)
         draft = self.inner.propose(state)
-        self._offered = candidate_depth(draft)
+        self._offered = min(candidate_depth(draft), self.max_draft)
+        self._nodes, self._mark = len(draft), mark
         return draft
 
     def observe(self, verdict: Any, scores: Scores, state: DecodeState) -> None:
-        if self._offered:
-            m = len(verdict.path)
-            self.successes = self.successes * self.decay + m
-            self.failures = self.failures * self.decay + (1 if m < self._offered else 0)
         self.inner.observe(verdict, scores, state)
+        c = self.inner.counters
+        if self._offered and self._mark is not None:   # this step's shape (draft work in observe included)
+            g = self.decay
+            sh = self._shape
+            for i, v in enumerate((self._offered, self._nodes, c.forwards - self._mark[0], c.tokens - self._mark[1])):
+                sh[i] = sh[i] * g + v
+        m = len(verdict.path)
+        for i in range(1, min(self._offered, m + 1) + 1):   # depths reached: 1 .. min(offered, accepted + 1)
+            self._reached[i] = self._reached[i] * self.decay + 1
+            self._accepted[i] = self._accepted[i] * self.decay + (1 if m >= i else 0)
 
 
 def candidate_depth(draft: Draft) -> int:
@@ -379,6 +442,41 @@ def arrivals(n: int, rate: float, seed: int) -> list[float]:
 
 
 @dataclass
+class ServeResult:
+    requests: list[Served]          # in request order
+    forwards: dict[str, int]        # batched forwards per model role
+    rows: dict[str, int]            # rows scored per model role (rows / forwards = mean batch)
+
+    @property
+    def makespan_s(self) -> float:
+        return max(s.end_s for s in self.requests) - min(s.arrival_s for s in self.requests)
+
+    def summary(self, load: Load) -> dict[str, Any]:
+        """The serving metrics of a record: throughput, latency / TTFT / time per output token percentiles."""
+        rs = self.requests
+        tokens = sum(len(s.result.output) for s in rs)
+        span = self.makespan_s
+
+        def pct(xs: list[float], q: float) -> float:
+            xs = sorted(xs)
+            return xs[min(len(xs) - 1, max(0, int(round(q * len(xs) + 0.5)) - 1))]  # nearest rank
+
+        out: dict[str, Any] = {"concurrency": load.concurrency, "rate": load.rate, "requests": len(rs),
+                               "tokens": tokens, "makespan_s": span,
+                               "throughput_tok_s": tokens / span if span > 0 else 0.0,
+                               "requests_per_s": len(rs) / span if span > 0 else 0.0,
+                               "mean_batch": self.rows.get(TARGET, 0) / max(self.forwards.get(TARGET, 0), 1),
+                               "target_forwards": self.forwards.get(TARGET, 0),
+                               "draft_forwards": self.forwards.get(DRAFT, 0)}
+        for name, xs in (("latency_s", [s.latency_s for s in rs]), ("ttft_s", [s.ttft_s for s in rs]),
+                         ("tpot_s", [s.tpot_s for s in rs])):
+            out[f"{name}_p50"] = pct(xs, 0.5)
+            out[f"{name}_p99"] = pct(xs, 0.99)
+            out[f"{name}_mean"] = sum(xs) / len(xs)
+        return out
+
+
+@dataclass
 class Slot:
     target: Row
     draft: Row | None
@@ -386,7 +484,7 @@ class Slot:
 
 
 def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
-          make_slot: Callable[[Scheduler], Slot], eos_ids: Sequence[int] = (), verifier: Any = None) -> list[Served]:
+          make_slot: Callable[[Scheduler], Slot], eos_ids: Sequence[int] = (), verifier: Any = None) -> ServeResult:
     """Decode every request under `load` with continuous batching, each through the one loop; returns them in
     request order. `make_slot(sched)` builds a slot: fresh rows on the pair and a proposer on them, kept from
     request to request (as a single-request runner keeps its proposer)."""
@@ -456,7 +554,7 @@ def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
         first = tk.first_token_s if tk.first_token_s is not None else tk.end_s
         mean_b = sum(tk.batch_sizes) / len(tk.batch_sizes) if tk.batch_sizes else 0.0
         out.append(Served(tk.out, r.arrival_s, tk.start_s, first, tk.end_s, tk.slot, mean_b))
-    return out
+    return ServeResult(out, dict(sched.forwards), dict(sched.rows))
 
 
 def fresh_like(backend: Any) -> Any:

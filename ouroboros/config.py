@@ -88,6 +88,21 @@ class SweepConfig:
 
 
 @dataclass
+class ServeConfig:
+    """Serving under load (ouroboros/batch.py). concurrency 0: the paper's setting, one prompt at a time, each
+    alone. concurrency C >= 1: continuous batching, up to C requests decode at once, one batched forward per model
+    per step; a new request starts when one finishes (closed loop) or, with `rate`, at Poisson arrival times
+    (open loop, backend=sim only)."""
+
+    concurrency: int = 0
+    rate: float | None = None     # open loop: requests per second (simulated clock)
+    requests: int = 0             # requests served, cycling through the prompts (0: one per prompt)
+    load_aware: bool = False      # cap each step's draft depth by expected tokens per batched second (sim only)
+    max_draft: int = 16           # the deepest draft load-aware may choose
+    seed: int = 0                 # arrival times
+
+
+@dataclass
 class TuneConfig:
     """`python -m ouroboros.tune`: the paper's heuristic (Algorithm 1): one parameter at a time, in this order,
     each at the best values found so far. A stage is a Hydra sweep override; stages naming a parameter the
@@ -117,6 +132,7 @@ class RunConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     tune: TuneConfig = field(default_factory=TuneConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
     # Decoding: temperature 0 = greedy (default); > 0 = exact sampling (ouroboros/sampling.py)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 64
@@ -160,8 +176,9 @@ def to_run_config(cfg: DictConfig | dict) -> RunConfig:
     return run
 
 
-def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
-    """Check one point; raises OuroborosError with one line saying why. Loads no model."""
+def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunConfig:
+    """Check one point; raises OuroborosError with one line saying why. Loads no model. serving=False: skip the
+    serve.* checks (a sweep's base config, whose points set serve.concurrency; each point is checked in full)."""
     run = cfg if isinstance(cfg, RunConfig) else to_run_config(cfg)
     if run.max_new_tokens <= 0:
         raise OuroborosError(f"max_new_tokens must be >= 1, got {run.max_new_tokens}")
@@ -207,8 +224,38 @@ def validate(cfg: DictConfig | dict | RunConfig) -> RunConfig:
     if run.logger.wandb.mode not in WANDB_MODES:
         raise OuroborosError(f"logger.wandb.mode must be one of {', '.join(WANDB_MODES)}, got "
                              f"{run.logger.wandb.mode!r}")
+    if serving:
+        check_serve(run)
     check_outputs(run)
     return run
+
+
+def check_serve(run: RunConfig) -> None:
+    sv = run.serve
+    if sv.concurrency < 0:
+        raise OuroborosError(f"serve.concurrency must be >= 0 (0: one request at a time, alone), got {sv.concurrency}")
+    if sv.requests < 0:
+        raise OuroborosError(f"serve.requests must be >= 0 (0: one per prompt), got {sv.requests}")
+    if sv.max_draft < 1:
+        raise OuroborosError(f"serve.max_draft must be >= 1, got {sv.max_draft}")
+    if sv.concurrency == 0:
+        if sv.rate is not None or sv.load_aware or sv.requests:
+            raise OuroborosError("serve.rate, serve.requests and serve.load_aware need serve.concurrency >= 1")
+        return
+    if sv.rate is not None and not sv.rate > 0:
+        raise OuroborosError(f"serve.rate must be > 0 requests per second, got {sv.rate}")
+    kind = run.backend_kind
+    if sv.rate is not None and kind != "sim":
+        raise OuroborosError("serve.rate (open-loop arrivals) needs the simulated clock: backend=sim")
+    if sv.load_aware and kind != "sim":
+        raise OuroborosError("serve.load_aware sizes drafts with the cost model: backend=sim")
+    if is_peer(run.strategy.name):
+        raise OuroborosError(f"strategy '{run.strategy.name}' is transformers' generate: it cannot join a batch "
+                             "(serve.concurrency)")
+    if not run.sampling.greedy:
+        raise OuroborosError("serve.concurrency runs greedy decoding only (sampling.temperature=0)")
+    if kind == "sim" and run.sim.get("tokens") == "proxy":
+        raise OuroborosError("serve.concurrency on the simulator needs sim.tokens=surrogate, iid or replay")
 
 
 def check_sim(run: RunConfig) -> None:
@@ -285,7 +332,10 @@ def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
             "max_new_tokens": run.max_new_tokens, "seed": run.seed, "warmup": run.warmup,
             "strategy": {"name": name, "params": params},
             # only when sampling, so greedy points keep the ids of records written before sampling existed
-            **({"sampling": dataclasses.asdict(run.sampling)} if not run.sampling.greedy else {})}
+            **({"sampling": dataclasses.asdict(run.sampling)} if not run.sampling.greedy else {}),
+            # only when serving, so one-at-a-time points keep their ids; load-aware means nothing to vanilla
+            **({"serve": {**dataclasses.asdict(run.serve), "load_aware": run.serve.load_aware and name != "vanilla"}}
+               if run.serve.concurrency else {})}
 
 
 def point_id(key: dict[str, Any]) -> str:

@@ -183,10 +183,20 @@ def label_of(run: RunConfig, always: Collection[str] = ()) -> str:
     return run.strategy.name + "".join(f" {k}={v}" for k, v in shown.items())
 
 
+def request_id(prompt_id: str, round_: int) -> str:
+    """A served request's id: the prompt's, with `@r<k>` when the requests cycle through the prompts again."""
+    return prompt_id if round_ == 0 else f"{prompt_id}@r{round_}"
+
+
 def make_record(run: RunConfig, result: RunResult, session: Session, *, label: str, baseline: RunResult | None,
                 baseline_id: str | None, sweep: str, step_records: bool) -> dict[str, Any]:
     prompts = []
     categories = {q.id: q.category for q in session.prompts}
+    prompt_ids = {q.id: q.ids for q in session.prompts}
+    for p in result.prompts:
+        base_id = p.prompt_id.rsplit("@r", 1)[0]
+        categories.setdefault(p.prompt_id, categories.get(base_id, ""))
+        prompt_ids.setdefault(p.prompt_id, prompt_ids.get(base_id, []))
     for p in result.prompts:
         s = p.summary()
         s["output"] = p.output
@@ -202,17 +212,25 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
     if baseline is not None:
         n_same = sum(a.output == b.output for a, b in zip(baseline.prompts, result.prompts, strict=True))
         same = f"{n_same}/{len(result.prompts)}"
-        diverged = divergences(baseline, result, {q.id: q.ids for q in session.prompts}, session.margin)
+        diverged = divergences(baseline, result, prompt_ids, session.margin)
     return {"schema": SCHEMA_VERSION, "record_id": uuid.uuid4().hex, "point_id": point_id(point_key(run)),
             "baseline_id": baseline_id, "time": time.time(), "sweep": sweep, "label": label,
             "max_new_tokens": budgets[0] if len(budgets) == 1 else budgets,   # the budget(s) the prompts had
             "strategy": run.strategy.name, "params": point_key(run)["strategy"]["params"],
             "backend": session.backend, "hardware": session.hardware, "versions": versions(),
             "config": dataclasses.asdict(run), "totals": result.totals(),
-            "speedup": speedup(baseline, result) if baseline is not None else None,
+            "speedup": serving_speedup(baseline, result) if baseline is not None else None,
             "speedup_specbench": speedup_mean_speed(baseline, result) if baseline is not None else None,
             "identical_to_baseline": same, "divergences": [dataclasses.asdict(d) for d in diverged],
-            "prompts": prompts}
+            "prompts": prompts, **({"serving": result.serving} if result.serving is not None else {})}
+
+
+def serving_speedup(baseline: RunResult, result: RunResult) -> float:
+    """The paper's speedup (total time over total time); for served points, the baseline's makespan over this
+    point's at the same load (same requests): the throughput ratio."""
+    if result.serving is not None and baseline.serving is not None:
+        return baseline.serving["makespan_s"] / result.serving["makespan_s"]
+    return speedup(baseline, result)
 
 
 def decode_text(tokenizer: Any, ids: list[int]) -> str:
@@ -224,7 +242,7 @@ def decode_text(tokenizer: Any, ids: list[int]) -> str:
 
 def result_from_record(rec: dict) -> RunResult:
     """A RunResult rebuilt from a record's per-prompt results (no steps): enough for `speedup` and output checks."""
-    return RunResult(strategy=rec["label"], prompts=[
+    return RunResult(strategy=rec["label"], serving=rec.get("serving"), prompts=[
         PromptResult(prompt_id=p["prompt_id"], prompt_len=p["prompt_len"], output=list(p["output"]),
                      elapsed_s=p["elapsed_s"], prefill_s=p["prefill_s"], stop_reason=p["stop_reason"],
                      proposer_stats=dict(p.get("proposer_stats", {}))) for p in rec["prompts"]])
@@ -268,13 +286,20 @@ def format_table(records: list[dict]) -> str:
     lines = [*settings_lines(records), head, "-" * len(head)] if records else [head, "-" * len(head)]
     for r in records:
         t, sp, sb = r["totals"], r.get("speedup"), r.get("speedup_specbench")
-        lines.append(f"{r['label'][:43]:<44}{t['new_tokens']:>8}{t['elapsed_s']:>10.3f}{t['tokens_per_s']:>10.1f}"
+        sv = r.get("serving")
+        secs, rate = (sv["makespan_s"], sv["throughput_tok_s"]) if sv else (t["elapsed_s"], t["tokens_per_s"])
+        lines.append(f"{r['label'][:43]:<44}{t['new_tokens']:>8}{secs:>10.3f}{rate:>10.1f}"
                      f"{'-' if sp is None else f'{sp:.2f}x':>9}{'-' if sb is None else f'{sb:.2f}x':>8}"
                      f"{t['block_efficiency']:>7.2f}"
                      f"{t['accepted_length']:>7.2f}{t['match_per_forward']:>8.2f}"
                      f"{r.get('identical_to_baseline') or '-':>9}")
     lines.append("speedup: baseline time / time (the paper's); SB spd: mean per-prompt tok/s over the baseline's "
                  "(Spec-Bench's)")
+    if any(r.get("serving") for r in records):
+        lines.append("served points (serve.concurrency): seconds = makespan, tok/s = throughput, speedup = the "
+                     "baseline's makespan / this one's at the same load; latencies: " + "; ".join(
+                         f"{r['label']} p50 {r['serving']['latency_s_p50']:.2f} s p99 "
+                         f"{r['serving']['latency_s_p99']:.2f} s" for r in records if r.get("serving")))
     lines += peer_ratio_lines(records)
     for r in records:
         for d in r.get("divergences") or []:
@@ -392,6 +417,8 @@ class Executor:
         return self.records.claim(pid)
 
     def interleaved(self, run: RunConfig) -> bool:
+        if run.serve.concurrency:   # a served point decodes all its requests together
+            return False
         return run.interleave if run.interleave is not None else run.backend_kind == "hf"
 
     def interleave(self, points: list[Point]) -> None:
@@ -459,12 +486,36 @@ class Executor:
                 self.records.append(prompt_line(pid, prompt_dict(r)))
         return keep
 
+    def _serve(self, point: Point, sess: Session) -> RunResult:
+        """A served point (serve.concurrency >= 1): every request decoded under load, continuous batching."""
+        from ouroboros.batch import Load, Request, engine_for, serve, slot_factory
+
+        run, sv = point.run, point.run.serve
+        budgets = self._budgets(point, sess)
+        n, m = sv.requests or len(sess.prompts), len(sess.prompts)
+        reqs = [Request(list(sess.prompts[i % m].ids), budgets[i % m], request_id(sess.prompts[i % m].id, i // m))
+                for i in range(n)]
+        load = Load(sv.concurrency, sv.rate, sv.seed)
+        draft = sess.draft if get_spec(run.strategy.name).needs_draft_model else None
+
+        def slots():
+            return slot_factory(sess.target, draft, run.strategy.name, dict(run.strategy.params), sv.load_aware,
+                                sv.max_draft)
+        if run.warmup:   # one short request on a throw-away slot: allocations and kernel choice off the clock
+            serve([Request(reqs[0].prompt, min(8, reqs[0].budget), "warmup")], Load(1), engine_for(sess.target),
+                  slots(), sess.eos_ids)
+        out = serve(reqs, load, engine_for(sess.target), slots(), sess.eos_ids)
+        return RunResult(strategy=point.label, prompts=[s.result for s in out.requests], serving=out.summary(load))
+
     def _measure(self, point: Point, base: RunResult | None, baseline_id: str | None) -> dict:
         run = point.run
         sess = self.session(run)
-        result = run_prompts(self._runner(point, sess), [p.ids for p in sess.prompts], self._budgets(point, sess),
-                             [p.id for p in sess.prompts], run.warmup, self.progress, self._finished(point.id),
-                             self._keeper(point.id))
+        if run.serve.concurrency:
+            result = self._serve(point, sess)
+        else:
+            result = run_prompts(self._runner(point, sess), [p.ids for p in sess.prompts], self._budgets(point, sess),
+                                 [p.id for p in sess.prompts], run.warmup, self.progress, self._finished(point.id),
+                                 self._keeper(point.id))
         if run.strategy.name == run.baseline:
             base, baseline_id = result, point.id
         self._results[point.id] = result

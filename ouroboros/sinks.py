@@ -188,6 +188,12 @@ def summary_line(rec: dict, done: int | None = None, total: int | None = None) -
     same = rec.get("identical_to_baseline")
     tail = f", identical {same}" if same else ""
     clock = "modelled" if rec.get("backend") == "sim" else "wall"
+    sv = rec.get("serving")
+    if sv:
+        return (f"{head}{rec['label']} @ concurrency {sv['concurrency']}: {sv['throughput_tok_s']:.1f} tok/s "
+                f"(mean batch {sv['mean_batch']:.1f}), speedup {'-' if sp is None else f'{sp:.2f}x'}, latency p50 "
+                f"{sv['latency_s_p50']:.2f} / p99 {sv['latency_s_p99']:.2f} {clock} s, eta {t['block_efficiency']:.2f}"
+                f", {sv['requests']} requests{tail}")
     return (f"{head}{rec['label']}: {t['tokens_per_s']:.1f} tok/s, speedup "
             f"{'-' if sp is None else f'{sp:.2f}x'}, eta {t['block_efficiency']:.2f}, A {t['accepted_length']:.2f}, "
             f"#Match {t['match_per_forward']:.2f}, {t['new_tokens']} tokens in {t['elapsed_s']:.2f} {clock} s{tail}")
@@ -204,6 +210,9 @@ def point_metrics(rec: dict) -> dict[str, float]:
         m["speedup"] = rec["speedup"]
     if rec.get("speedup_specbench") is not None:
         m["speedup_specbench"] = rec["speedup_specbench"]
+    for k, v in (rec.get("serving") or {}).items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            m[f"serving/{k}"] = v
     for k in ("draft_s", "verify_s", "other_s", "prefill_s"):
         m[f"time/{k}"] = t[k]
         m[f"time/{k[:-2]}_frac"] = t[k] / t["elapsed_s"] if t["elapsed_s"] > 0 else 0.0

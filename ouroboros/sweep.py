@@ -192,7 +192,9 @@ def run_points(points: list[Point], ex: Executor) -> list[dict]:
 
 
 def sweep_main(cfg: DictConfig) -> list[dict]:
-    run = validate(cfg)
+    sets_serve = any(override_key(o).startswith("serve.") for o in list(cfg.sweep.grid)
+                     + [o for p in cfg.sweep.points for o in p.overrides])
+    run = validate(cfg, serving=not sets_serve)   # the points themselves are checked in full (plan)
     hc = HydraConfig.get()
     choices = dict(hc.runtime.choices)
     notes: list[str] = []

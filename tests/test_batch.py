@@ -85,7 +85,7 @@ def test_hf_batch_rows_match_reference(name, data):
         expected.append(reference_greedy(target_model, p, b, eos))
     target = HFBackend(target_model)
     draft = HFBackend(draft_model)
-    out = serve(reqs, Load(concurrency=conc), HFEngine(), slot_factory(target, draft, name, params), eos)
+    out = serve(reqs, Load(concurrency=conc), HFEngine(), slot_factory(target, draft, name, params), eos).requests
     assert [s.result.output for s in out] == expected
     assert all(s.end_s >= s.first_token_s >= s.arrival_s for s in out)
     assert max(s.mean_batch for s in out) <= conc
@@ -121,9 +121,9 @@ def test_sim_batch_rows_match_single_and_batching_saves_time(name):
         singles.append(decode(t, prop, p.ids, 48, pair.eos_ids, prompt_id=p.id))
     reqs = [Request(p.ids, 48, p.id) for p in prompts]
     one = serve(reqs, Load(concurrency=1), SimEngine(), slot_factory(pair.target, pair.draft, name, {}),
-                pair.eos_ids)
+                pair.eos_ids).requests
     six = serve(reqs, Load(concurrency=6), SimEngine(), slot_factory(pair.target, pair.draft, name, {}),
-                pair.eos_ids)
+                pair.eos_ids).requests
     assert [s.result.output for s in one] == [r.output for r in singles]
     assert [s.result.output for s in six] == [r.output for r in singles]
     # concurrency 1: the serving clock is the sum of the single runs' modelled times (prefill included)
@@ -137,7 +137,7 @@ def test_open_loop_arrivals_and_idle_clock():
     prompts = pair.default_prompts(5, 1)
     reqs = [Request(p.ids, 16, p.id) for p in prompts]
     out = serve(reqs, Load(concurrency=8, rate=0.01, seed=3), SimEngine(),
-                slot_factory(pair.target, pair.draft, "speculative", {}), pair.eos_ids)
+                slot_factory(pair.target, pair.draft, "speculative", {}), pair.eos_ids).requests
     arr = [s.arrival_s for s in out]
     assert arr == sorted(arr) and arr[0] > 0
     # at 0.01 requests/s each request is alone: it starts on arrival and its latency is the single-request time
@@ -153,7 +153,11 @@ def test_load_aware_is_lossless_and_stops_drafting_when_compute_bound():
                  pair.eos_ids)
     aware = serve(reqs, Load(concurrency=4), SimEngine(),
                   slot_factory(pair.target, pair.draft, "speculative", {}, load_aware=True), pair.eos_ids)
-    assert [s.result.output for s in aware] == [s.result.output for s in base]
+    assert [s.result.output for s in aware.requests] == [s.result.output for s in base.requests]
+    summ = aware.summary(Load(concurrency=4))
+    assert summ["requests"] == 4 and summ["mean_batch"] <= 4 and summ["latency_s_p99"] >= summ["latency_s_p50"]
+    steps = sum(s.result.proposer_stats["load_aware.steps"] for s in aware.requests)
+    assert steps == sum(len(s.result.steps) for s in aware.requests)
     from ouroboros.batch import LoadAware
 
     # a compute-bound target (no weight-read floor): drafting never pays, at any batch size
@@ -162,7 +166,7 @@ def test_load_aware_is_lossless_and_stops_drafting_when_compute_bound():
     assert la.best_depth(8, 100) == 0
     # a memory-bound target with a cheap draft and high acceptance: drafting pays at batch 1, not at batch 512
     mem = CostModel(weight_s=1.0, flop_s_per_token=0.01)
-    la = LoadAware(None, lambda: 1, mem, CostModel(weight_s=0.02, flop_s_per_token=0.0002), successes=9, failures=1)
+    la = LoadAware(None, lambda: 1, mem, CostModel(weight_s=0.02, flop_s_per_token=0.0002), prior=0.9)
     assert la.best_depth(1, 100) >= 4
     assert la.best_depth(512, 100) < la.best_depth(1, 100)
 
