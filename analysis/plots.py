@@ -48,6 +48,9 @@ def _context(rec: dict, param: str, tied: set[str]) -> dict[str, Any]:
            "hardware": (c.get("hardware") or {}).get("name") if rec.get("backend") == "sim" else None}
     if param != "max_new_tokens":
         ctx["max_new_tokens"] = c["max_new_tokens"]
+    if rec.get("serving"):   # served points (serve.concurrency) are their own series
+        ctx["concurrency"] = rec["serving"]["concurrency"]
+        ctx["load_aware"] = (c.get("serve") or {}).get("load_aware") or None
     ctx.update({k: v for k, v in rec.get("params", {}).items() if k != param and k not in tied})
     return ctx
 
@@ -157,6 +160,77 @@ def pool_over_run(rec: dict) -> Figure | None:
     return fig
 
 
+def _load_key(rec: dict) -> str:
+    """What a load curve shares: strategy + params, load-aware or not, model, dataset, hardware, open-loop rate."""
+    c = rec["config"]
+    sv = c.get("serve") or {}
+    la = " load-aware" if sv.get("load_aware") and rec["strategy"] != "vanilla" else ""
+    params = ",".join(f"{k}={v}" for k, v in sorted((rec.get("params") or {}).items())
+                      if k in ("gamma", "W", "N", "G", "K", "num_pred_tokens"))
+    return json.dumps([rec["strategy"] + (f"({params})" if params else "") + la, _describe(c["model"]),
+                       _describe(c["dataset"]), (c.get("hardware") or {}).get("name"), sv.get("rate"),
+                       c["max_new_tokens"]], default=str)
+
+
+def load_series(records: Sequence[dict]) -> dict[str, list[dict]]:
+    """{label: served records sorted by concurrency} for series with >= 2 concurrencies."""
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        if r.get("serving"):
+            groups.setdefault(_load_key(r), []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        rs = sorted({r["serving"]["concurrency"]: r for r in rs}.values(), key=lambda r: r["serving"]["concurrency"])
+        if len(rs) >= 2:
+            out[json.loads(key)[0]] = rs
+    return out
+
+
+def speedup_vs_concurrency(records: Sequence[dict]) -> Figure | None:
+    """Speedup over vanilla at the same load (throughput ratio) against concurrency: where speculation stops
+    paying (below the 1.0 line)."""
+    series = {k: v for k, v in load_series(records).items() if not k.startswith("vanilla")
+              and all(r.get("speedup") is not None for r in v)}
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, rs in list(series.items())[:MAX_SERIES]:
+        ax.plot([r["serving"]["concurrency"] for r in rs], [r["speedup"] for r in rs], marker="o", label=label,
+                ls="--" if "load-aware" in label else "-")
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--", label="vanilla at the same load")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrency (requests decoding at once)")
+    ax.set_ylabel("throughput speedup over vanilla (x)")
+    flat = [r for rs in series.values() for r in rs]
+    clock = "modelled" if {r.get("backend") for r in flat} == {"sim"} else "wall"
+    ax.set_title(f"Speculation under load ({clock} time){_where(flat)}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return fig
+
+
+def latency_throughput(records: Sequence[dict]) -> Figure | None:
+    """p50 request latency against system throughput, one curve per strategy (points: concurrency levels)."""
+    series = load_series(records)
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, rs in list(series.items())[:MAX_SERIES]:
+        xs = [r["serving"]["throughput_tok_s"] for r in rs]
+        ys = [r["serving"]["latency_s_p50"] for r in rs]
+        ax.plot(xs, ys, marker="o", label=label, ls="--" if "load-aware" in label else "-")
+        for x, y, r in zip(xs, ys, rs, strict=True):
+            ax.annotate(str(r["serving"]["concurrency"]), (x, y), fontsize=6, xytext=(2, 2),
+                        textcoords="offset points")
+    ax.set_xlabel("throughput (tokens / s)")
+    ax.set_ylabel("request latency p50 (s)")
+    flat = [r for rs in series.values() for r in rs]
+    ax.set_title(f"Latency vs throughput (labels: concurrency){_where(flat)}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return fig
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")[:60]
 
@@ -168,6 +242,11 @@ def all_figures(records: Sequence[dict]) -> dict[str, Figure]:
         fig = speedup_curve(points, param)
         if fig is not None:
             figs[f"speedup_vs_{param}"] = fig
+    for name, fn in (("speedup_vs_concurrency", speedup_vs_concurrency), ("latency_vs_throughput",
+                                                                          latency_throughput)):
+        fig = fn(points)
+        if fig is not None:
+            figs[name] = fig
     by_sweep: dict[str, list[dict]] = {}
     for r in records:
         by_sweep.setdefault(r.get("sweep") or "run", []).append(r)

@@ -65,11 +65,16 @@ def table_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
     rows = []
     for r in latest(records):
         t = r["totals"]
+        sv = r.get("serving")   # served points: makespan and throughput (ouroboros/batch.py)
+        secs, rate = (sv["makespan_s"], sv["throughput_tok_s"]) if sv else (t["elapsed_s"], t["tokens_per_s"])
         rows.append({"point": r["label"], "sweep": r.get("sweep", ""), "model": model_name(r),
                      "dataset": dataset_name(r), "backend": r.get("backend", ""), "hardware": hardware_name(r),
                      "max_new_tokens": budget(r), "prompts": t["prompts"],
-                     "new_tokens": t["new_tokens"], "seconds": round(t["elapsed_s"], 4),
-                     "tokens_per_s": round(t["tokens_per_s"], 2),
+                     "new_tokens": t["new_tokens"], "seconds": round(secs, 4),
+                     "tokens_per_s": round(rate, 2),
+                     "concurrency": sv["concurrency"] if sv else None,
+                     "latency_p50_s": round(sv["latency_s_p50"], 4) if sv else None,
+                     "latency_p99_s": round(sv["latency_s_p99"], 4) if sv else None,
                      "speedup": None if r.get("speedup") is None else round(r["speedup"], 3),
                      "speedup_specbench": (None if r.get("speedup_specbench") is None
                                            else round(r["speedup_specbench"], 3)),

@@ -134,6 +134,19 @@ def compose_run(overrides: list[str]) -> RunConfig:
     return apply_explicit(validate(cfg), overrides)
 
 
+def short_override(o: str) -> str:
+    """A point label's tag for a non-strategy override: serve.concurrency=8 -> C=8, serve.load_aware=true ->
+    load-aware (false -> fixed), serve.rate=2 -> rate=2; anything else as typed."""
+    key, _, val = o.partition("=")
+    if key == "serve.concurrency":
+        return f"C={val}"
+    if key == "serve.load_aware":
+        return "load-aware" if val.lower() == "true" else "fixed"
+    if key.startswith("serve."):
+        return f"{key[6:]}={val}"
+    return o
+
+
 def swept_params(sweep: SweepConfig) -> set[str]:
     """Strategy params the preset varies (grid or points): every label shows them, even at default values."""
     ovr = list(sweep.grid) + [o for p in sweep.points for o in p.overrides]
@@ -155,12 +168,14 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
             notes += [f"sweep {sweep.name} sets {override_key(o)} at its points: the command line's {o} is not "
                       "used" for o in replaced]
             notes += explicit_notices(run, overrides)
-        extra = " ".join(o for o in ovr if override_key(o).split(".", 1)[0] != "strategy")
+        extra = " ".join(short_override(o) for o in ovr if override_key(o).split(".", 1)[0] != "strategy")
         tag = f" [{extra}]" if extra and not suffix else ""
         p = Point(run, (suffix or label_of(run, swept)) + tag)
         if p.baseline_id is not None and p.baseline_id not in seen:
             bp = p.baseline_point()
-            bp.label += tag
+            base_extra = " ".join(short_override(o) for o in ovr if override_key(o).split(".", 1)[0] != "strategy"
+                                  and override_key(o) != "serve.load_aware")   # nothing to vanilla
+            bp.label += f" [{base_extra}]" if base_extra and not suffix else ""
             out.append(bp)
             seen.add(p.baseline_id)
         if p.id not in seen:

@@ -210,3 +210,68 @@ def test_fit_recovers_a_batched_cost_model():
            for k in (1, 2, 4, 8) for c in (64, 512) for b in (1, 2, 4, 8)]
     cm, rep = fit(pts, tiles=(1,))
     assert rep.max_abs_rel_err < 0.02
+
+
+# ----------------------------------------------------------------------------------------------- through the CLI
+def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
+    from cli_helper import run_module
+
+    from analysis.plots import all_figures
+    from ouroboros.sinks import read_records
+
+    out = tmp_path / "r.jsonl"
+    res = run_module("ouroboros.sweep", "model=llama70b_7b", "hardware=h100", "sim.devices=2", "sim.placement=tensor",
+                     'sweep.grid=["serve.concurrency=1,16","strategy=speculative","serve.load_aware=false,true"]',
+                     "serve.requests=20", "dataset.num_prompts=4", "max_new_tokens=16", "logger=quiet", f"out={out}",
+                     tmp=tmp_path)
+    assert res.code == 0, res.err
+    recs = read_records(out)
+    assert [(r["strategy"], r["serving"]["concurrency"], r["config"]["serve"]["load_aware"]) for r in recs] == [
+        ("vanilla", 1, False), ("speculative", 1, False), ("speculative", 1, True),
+        ("vanilla", 16, False), ("speculative", 16, False), ("speculative", 16, True)]
+    assert [r["label"] for r in recs[:3]] == ["vanilla [C=1]", "speculative [C=1 fixed]", "speculative [C=1 load-aware]"]
+    for r in recs:
+        sv = r["serving"]
+        assert sv["requests"] == 20 and len(r["prompts"]) == 20 and r["identical_to_baseline"] == "20/20"
+        assert sv["throughput_tok_s"] == pytest.approx(sv["tokens"] / sv["makespan_s"])
+        assert sv["latency_s_p99"] >= sv["latency_s_p50"] > 0 and 1 <= sv["mean_batch"] <= sv["concurrency"]
+        base = next(b for b in recs if b["point_id"] == r["baseline_id"]) if r["baseline_id"] else r
+        assert r["speedup"] == pytest.approx(base["serving"]["makespan_s"] / sv["makespan_s"])
+    assert recs[3]["serving"]["mean_batch"] > 8            # 20 requests at concurrency 16 overlap
+    assert recs[3]["serving"]["makespan_s"] < recs[0]["serving"]["makespan_s"] / 4
+    assert "@r1" in recs[0]["prompts"][4]["prompt_id"]     # 20 requests cycle through 4 prompts
+    figs = all_figures(recs)
+    assert {"speedup_vs_concurrency", "latency_vs_throughput"} <= set(figs)
+    assert "vanilla [C=1]" in res.out and "p99" in res.out
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["serve.concurrency=-1"], "serve.concurrency must be >= 0"),
+    (["serve.requests=5"], "need serve.concurrency >= 1"),
+    (["serve.concurrency=2", "serve.rate=0"], "serve.rate must be > 0"),
+    (["serve.concurrency=2", "serve.max_draft=0"], "serve.max_draft must be >= 1"),
+    (["model=tiny", "backend=hf", "serve.concurrency=2", "sampling.temperature=0.7"], "greedy decoding only"),
+    (["model=tiny", "backend=hf", "serve.concurrency=2", "serve.rate=1.0"], "needs the simulated clock"),
+    (["model=tiny", "backend=hf", "serve.concurrency=2", "serve.load_aware=true"], "load_aware sizes drafts"),
+])
+def test_bad_serve_settings_are_one_line_errors(tmp_path, args, msg):
+    from cli_helper import run_module
+
+    out = tmp_path / "r.jsonl"
+    res = run_module("ouroboros.run", "model=llama70b_7b", *args, f"out={out}", "logger=quiet", tmp=tmp_path)
+    assert res.code == 2 and msg in res.err and len(res.err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_hf_served_run_through_the_cli(tmp_path):
+    from cli_helper import run_module
+
+    from ouroboros.sinks import read_records
+
+    out = tmp_path / "r.jsonl"
+    res = run_module("ouroboros.run", "model=tiny", "backend=hf", "strategy=pld", "serve.concurrency=3",
+                     "dataset.num_prompts=5", "max_new_tokens=12", f"out={out}", "logger=quiet", tmp=tmp_path)
+    assert res.code == 0, res.err
+    recs = read_records(out)
+    assert [r["strategy"] for r in recs] == ["vanilla", "pld"]
+    assert all(r["serving"]["concurrency"] == 3 and r["identical_to_baseline"] == "5/5" for r in recs[1:])
