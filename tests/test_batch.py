@@ -229,7 +229,8 @@ def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
     assert [(r["strategy"], r["serving"]["concurrency"], r["config"]["serve"]["load_aware"]) for r in recs] == [
         ("vanilla", 1, False), ("speculative", 1, False), ("speculative", 1, True),
         ("vanilla", 16, False), ("speculative", 16, False), ("speculative", 16, True)]
-    assert [r["label"] for r in recs[:3]] == ["vanilla [C=1]", "speculative [C=1 fixed]", "speculative [C=1 load-aware]"]
+    assert [r["label"] for r in recs[:3]] == ["vanilla [C=1]", "speculative [C=1 fixed]",
+                                              "speculative [C=1 load-aware]"]
     for r in recs:
         sv = r["serving"]
         assert sv["requests"] == 20 and len(r["prompts"]) == 20 and r["identical_to_baseline"] == "20/20"
