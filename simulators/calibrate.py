@@ -79,6 +79,40 @@ def measure(backend, ks: list[int], ctxs: list[int], repeats: int, tree: bool, s
     return pts
 
 
+def measure_batch(backend, batches: list[int], ks: list[int], ctxs: list[int], repeats: int, seed: int = 0,
+                  stat: str = "median", log=print) -> list[FitPoint]:
+    """Batched forwards (`backends.hf.score_batch`): B rows, each ctx cached tokens + 1 pending + k - 1 chain nodes,
+    in ONE forward; `stat` of `repeats` after a warm-up. Every forward is undone per row (cache as it was)."""
+    from ouroboros.backends.hf import HFBackend, score_batch
+
+    rng = random.Random(seed + 2)
+    v = backend.vocab_size
+    pts = []
+    for b in batches:
+        if b < 2:
+            continue
+        for ctx in ctxs:
+            rows = [HFBackend(backend.model, backend.max_context, backend.name) for _ in range(b)]
+            for r in rows:
+                r.prefill([rng.randrange(v) for _ in range(ctx + 1)])
+            for k in ks:
+                if ctx + k + 1 >= backend.max_context:
+                    continue
+                times = []
+                for _ in range(repeats + 1):
+                    drafts = [Draft.chain([rng.randrange(v) for _ in range(k - 1)]) for _ in rows]
+                    t0 = backend.clock.now()
+                    out = score_batch(rows, drafts, [False] * b)
+                    times.append(backend.clock.now() - t0)
+                    for r, o in zip(rows, out, strict=True):
+                        r.commit([], [o.preds[0]])
+                        r.rollback(1)
+                s = pick(times[1:], stat)
+                pts.append(FitPoint(k, ctx, s, batch=b))
+                log(f"  B={b:<3} k={k:<4} ctx={ctx:<5} {s * 1e3:9.2f} ms")
+    return pts
+
+
 def measure_head(backend, ks: list[int], repeats: int, seed: int = 0, stat: str = "median", log=print) -> float:
     """Seconds per LM-head row: a forward of k tokens at ctx 0 timed scored (logits at all k rows, as `measure`
     times forwards) and as a prefill (logits at the last row only), `stat` of `repeats` each after a warm-up; the
@@ -105,8 +139,8 @@ def report(name: str, pts: list[FitPoint], cm: CostModel, rep: FitReport) -> str
     lines = [f"{name}: fitted {cm}",
              f"{name}: fit error mean {rep.mean_abs_rel_err:.1%}, max {rep.max_abs_rel_err:.1%} over {len(pts)} points"]
     for p, e in zip(pts, rep.rel_errs, strict=True):
-        lines.append(f"  k={p.k:<4} ctx={p.ctx:<5} measured {p.seconds * 1e3:9.2f} ms  fitted "
-                     f"{cm.forward_s(p.k, p.ctx) * 1e3:9.2f} ms  ({e:+.1%})")
+        lines.append(f"  B={p.batch:<3} k={p.k:<4} ctx={p.ctx:<5} measured {p.seconds * 1e3:9.2f} ms  fitted "
+                     f"{cm.batch_forward_s([(p.k, p.ctx, None)] * p.batch) * 1e3:9.2f} ms  ({e:+.1%})")
     return "\n".join(lines)
 
 
@@ -180,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stat", choices=["median", "min"], default="median",
                     help="per point: the median of the repeats (typical in-loop time) or the fastest")
     ap.add_argument("--tree", action="store_true", help="time tree-masked forwards instead of chains")
+    ap.add_argument("--batches", default="1", help="also time batched forwards of B rows (e.g. 1,2,4,8): the batched "
+                                                   "cost model (ouroboros/batch.py) is fitted on all points")
+    ap.add_argument("--batch-ks", default="1,2,3,5,8", help="k per row of the batched points")
+    ap.add_argument("--batch-ctxs", default="128,384", help="ctx per row of the batched points")
     ap.add_argument("--out", default=str(conf_root() / "hardware" / "cpu_local.yaml"))
     ap.add_argument("--hardware-name", default="cpu_local")
     a = ap.parse_args(argv)
@@ -194,15 +232,23 @@ def main(argv: list[str] | None = None) -> int:
         if not prof:
             raise OuroborosError(f"model {a.model!r} has no profile: section; pass --names target[,draft]")
         names = [prof["target"]["name"], prof["draft"]["name"]]
-    ks = [int(x) for x in a.ks.split(",")]
-    ctxs = [int(x) for x in a.ctxs.split(",")]
-    if min(ks) < 1 or min(ctxs) < 0 or a.repeats < 1:
-        raise OuroborosError("calibration needs k >= 1, ctx >= 0 and repeats >= 1")
+    try:
+        ks = [int(x) for x in a.ks.split(",")]
+        ctxs = [int(x) for x in a.ctxs.split(",")]
+        batches = [int(x) for x in a.batches.split(",")]
+        bks = [int(x) for x in a.batch_ks.split(",")]
+        bctxs = [int(x) for x in a.batch_ctxs.split(",")]
+    except ValueError as e:
+        raise OuroborosError(f"--ks, --ctxs, --batches, --batch-ks and --batch-ctxs take comma-separated integers "
+                             f"({e})") from None
+    if min(ks + bks) < 1 or min(ctxs + bctxs) < 0 or a.repeats < 1 or min(batches) < 1:
+        raise OuroborosError("calibration needs k >= 1, ctx >= 0, batches >= 1 and repeats >= 1")
     backends = load_backends(model, a.dtype)
     costs = {}
     for (side, be), nm in zip(backends.items(), names, strict=False):
         print(f"timing {side} ({nm}), {a.dtype}, {a.threads} threads")
         pts = measure(be, ks, ctxs, a.repeats, a.tree, stat=a.stat)
+        pts += measure_batch(be, batches, bks, bctxs, a.repeats, stat=a.stat)
         cm, rep = fit(pts, name=nm)
         cm = replace(cm, head_s_per_row=measure_head(be, ks, a.repeats, stat=a.stat))
         print(report(nm, pts, cm, rep))
@@ -210,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         costs[nm] = cm
     write_profile(a.out, a.hardware_name, costs, a.threads,
                   f"{a.dtype}, {'tree' if a.tree else 'chain'} forwards, ks {a.ks}, ctxs {a.ctxs}, "
-                  f"{a.stat} of {a.repeats}")
+                  + (f"batches {a.batches} (ks {a.batch_ks}, ctxs {a.batch_ctxs}), " if max(batches) > 1 else "")
+                  + f"{a.stat} of {a.repeats}")
     print(f"profile written to {a.out}")
     return 0
 

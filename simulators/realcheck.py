@@ -17,6 +17,11 @@
 
 `--replay-only` skips step 1 and replays the traces already in DIR (e.g. under another hardware profile: the same
 decisions on an H100's clock). Not a test: timings are reported, never asserted.
+
+`--batches 1,2,4`: also under load. Each run then decodes all its prompts with continuous batching
+(ouroboros/batch.py: one real batched forward per model per step, B requests at a time; `DIR/batch.jsonl`), and the
+same decisions (the trace of step 1) are replayed batch for batch on the simulator, whose clock charges the batched
+cost model (`calibrate --batches`): measured vs modelled makespan and throughput per run and B.
 """
 
 from __future__ import annotations
@@ -171,6 +176,110 @@ def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:
     return out
 
 
+def record_batched(args, specs: list[RunSpec], out_dir: str, batches: list[int]) -> None:
+    """Real continuous-batching runs: every spec at every B over the same prompts (a short warm-up serve first);
+    one line per (run, B) in DIR/batch.jsonl, rewritten after each."""
+    import torch
+
+    from ouroboros.backends.hf import HFBackend
+    from ouroboros.batch import HFEngine, Load, Request, serve, slot_factory
+    from ouroboros.datasets import load_prompts
+    from ouroboros.models import load_pair
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model_cfg = parse_kind(args.model, "model")
+    data_cfg = parse_kind(args.dataset, "dataset")
+    data_cfg.setdefault("limit", args.limit)
+    if args.ids:
+        data_cfg["ids"] = args.ids.split(",")
+    data_cfg["max_new_tokens"] = args.max_new_tokens
+    pair = load_pair(model_cfg, dtype=args.dtype, device="cpu")
+    vocab = int(pair.target.get_output_embeddings().weight.shape[0])  # type: ignore[operator]
+    prompts = load_prompts(data_cfg, pair.tokenizer, vocab, 0)
+    target = HFBackend(pair.target, name="target")
+    draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
+    reqs = [Request(list(p.ids), args.max_new_tokens, p.id) for p in prompts]
+    lines: list[str] = []
+    path = os.path.join(out_dir, "batch.jsonl")
+    for b in batches:
+        for s in specs:
+            d = draft if get_spec(s.name).needs_draft_model else None
+            serve([Request(reqs[0].prompt, WARMUP_TOKENS, "warmup")], Load(1), HFEngine(),
+                  slot_factory(target, d, s.name, s.params), pair.eos_ids)
+            res = serve(reqs, Load(b), HFEngine(), slot_factory(target, d, s.name, s.params), pair.eos_ids)
+            summ = res.summary(Load(b))
+            print(f"B={b} {s.label}: {summ['makespan_s']:.1f} s, {summ['throughput_tok_s']:.2f} tok/s "
+                  f"(mean batch {summ['mean_batch']:.2f})", flush=True)
+            lines.append(json.dumps({"run": s.label, "name": s.name, "params": s.params, "batch": b,
+                                     "budget": args.max_new_tokens, "serving": summ,
+                                     "prompt_ids": [r.result.prompt_id for r in res.requests],
+                                     "outputs": [r.result.output for r in res.requests]}) + "\n")
+            with open(path + ".part", "w", encoding="utf-8") as f:
+                f.writelines(lines)
+            os.replace(path + ".part", path)
+
+
+@dataclass
+class BatchCompared:
+    run: str
+    batch: int
+    real_s: float
+    sim_s: float
+    real_tok_s: float
+    sim_tok_s: float
+    same_outputs: int
+    requests: int
+    misses: int
+
+    @property
+    def err(self) -> float:
+        return self.sim_s / self.real_s - 1
+
+
+def replay_batched(out_dir: str, sim_model: str, hardware: str) -> list[BatchCompared]:
+    """Each batched real run's decisions (its run's trace) replayed with the same B on the simulator."""
+    from ouroboros.batch import Load, Request, SimEngine, serve, slot_factory
+
+    path = os.path.join(out_dir, "batch.jsonl")
+    if not os.path.exists(path):
+        return []
+    model, hw = load_conf("model", sim_model), load_conf("hardware", hardware)
+    out = []
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(ln) for ln in f]
+    for r in rows:
+        tpath = os.path.join(out_dir, trace_name(r["run"]))
+        if not os.path.exists(tpath):
+            raise OuroborosError(f"{tpath} not found: the batched runs are replayed from step 1's traces")
+        sim = make_pair(model, hw, {"tokens": "replay", "trace": tpath})
+        by_id = {p.id: p for p in trace_prompts(load_trace(tpath))}
+        reqs = [Request(list(by_id[pid].ids), r["budget"], pid) for pid in r["prompt_ids"]]
+        d = sim.draft if get_spec(r["name"]).needs_draft_model else None
+        res = serve(reqs, Load(r["batch"]), SimEngine(), slot_factory(sim.target, d, r["name"], r["params"]),
+                    sim.eos_ids)
+        summ = res.summary(Load(r["batch"]))
+        misses = sim.target.lm.misses + sim.draft.lm.misses  # type: ignore[attr-defined]
+        out.append(BatchCompared(r["run"], r["batch"], r["serving"]["makespan_s"], summ["makespan_s"],
+                                 r["serving"]["throughput_tok_s"], summ["throughput_tok_s"],
+                                 sum(a.result.output == o for a, o in zip(res.requests, r["outputs"], strict=True)),
+                                 len(reqs), misses))
+    return out
+
+
+def batch_table(rows: list[BatchCompared], hardware: str) -> str:
+    lines = [f"under load: modelled on hardware={hardware} (batched cost model) vs measured wall time",
+             f"{'run':<44}{'B':>4}{'real s':>9}{'model s':>9}{'error':>8}{'real tok/s':>12}{'model':>8}"
+             "  same decisions"]
+    for c in rows:
+        lines.append(f"{c.run:<44}{c.batch:>4}{c.real_s:>9.1f}{c.sim_s:>9.1f}{c.err:>+8.1%}{c.real_tok_s:>12.2f}"
+                     f"{c.sim_tok_s:>8.2f}  {c.same_outputs}/{c.requests} outputs, {c.misses} unrecorded contexts")
+    if rows:
+        worst = max(rows, key=lambda c: abs(c.err))
+        lines.append(f"worst error {worst.err:+.1%} ({worst.run}, B={worst.batch})")
+    return "\n".join(lines)
+
+
 def table(rows: list[Compared], hardware: str) -> str:
     lines = [f"modelled on hardware={hardware} vs measured wall time",
              f"{'run':<44}{'prompts':>8}{'real s':>9}{'model s':>9}{'error':>8}{'decode real':>13}"
@@ -203,7 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dir", default="realcheck", help="traces and measured times are written / read here")
     ap.add_argument("--replay-only", action="store_true", help="replay the traces already in --dir")
+    ap.add_argument("--batches", default=None, help="also run and replay under load: B = 1,2,4,... requests at once")
     a = ap.parse_args(argv)
+    batches: list[int] = []
+    if a.batches:
+        try:
+            batches = [int(x) for x in a.batches.split(",")]
+        except ValueError:
+            raise OuroborosError(f"--batches takes comma-separated integers, got {a.batches!r}") from None
+        if min(batches) < 1:
+            raise OuroborosError(f"--batches must be >= 1, got {a.batches}")
     load_conf("hardware", a.hardware)  # a bad profile name fails before any model is loaded
     load_conf("model", a.sim_model)
     if not a.replay_only:
@@ -216,7 +334,12 @@ def main(argv: list[str] | None = None) -> int:
             make_config(s.name, s.params)
         os.makedirs(a.dir, exist_ok=True)
         record(a, specs, a.dir)
+        if batches:
+            record_batched(a, specs, a.dir, batches)
     print(table(replay(a.dir, a.sim_model, a.hardware), a.hardware))
+    batched = replay_batched(a.dir, a.sim_model, a.hardware)
+    if batched:
+        print(batch_table(batched, a.hardware))
     return 0
 
 

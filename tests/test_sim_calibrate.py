@@ -15,9 +15,11 @@ TINY_PROFILE = {"target": {"name": "tiny-t", "layers": 4, "hidden": 256, "interm
 def test_calibrate_tiny_writes_a_usable_profile(tmp_path, capsys):
     out = tmp_path / "cpu.yaml"
     rc = main(["--model", "tiny", "--names", "tiny-t,tiny-d", "--dtype", "float32", "--ks", "1,4,16",
-               "--ctxs", "8,32", "--repeats", "1", "--threads", "1", "--out", str(out)])
+               "--ctxs", "8,32", "--repeats", "1", "--threads", "1", "--out", str(out), "--batches", "1,3",
+               "--batch-ks", "1,2", "--batch-ctxs", "16"])
     assert rc == 0
     text = capsys.readouterr().out
+    assert "B=3   k=2    ctx=16" in text   # batched points timed and fitted with the rest
     assert "tiny-t: fit error mean" in text and "tiny-d: fit error mean" in text
     assert "tiny-t: LM head" in text and "k=16   ctx=0     all logits" in text
     hw = yaml.safe_load(out.read_text())
@@ -32,6 +34,8 @@ def test_calibrate_bad_input(capsys):
     assert main(["--model", "nope"]) == 2
     assert "unknown model profile 'nope'" in capsys.readouterr().err
     assert main(["--model", "tiny", "--names", "a,b", "--ks", "0,1"]) == 2
+    assert main(["--model", "tiny", "--names", "a,b", "--batches", "two"]) == 2
+    assert "comma-separated integers" in capsys.readouterr().err
 
 
 

@@ -34,6 +34,23 @@ def test_record_then_replay_makes_the_real_decisions(tmp_path, capsys):
     assert [ln.split()[3] for ln in rows] != [ln.split()[3] for ln in again.splitlines() if "outputs," in ln]
 
 
+def test_batched_record_then_replay(tmp_path, capsys):
+    t, d = save_tiny(tmp_path / "t"), save_tiny(tmp_path / "d", seed=1)
+    out = tmp_path / "rc"
+    argv = ["--strategies", "vanilla,speculative:gamma=3,pld", "--batches", "1,3",
+            "--model", "kind=hf", f"target={t}", f"draft={d}", "eos_ids=[1]",
+            "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
+            "--max-new-tokens", "8", "--dtype", "float64", "--hardware", "h200", "--dir", str(out)]
+    assert realcheck.main(argv) == 0
+    text = capsys.readouterr().out
+    under = text[text.index("under load"):]
+    rows = [ln for ln in under.splitlines() if "outputs," in ln]
+    assert len(rows) == 6   # 3 runs x B = 1, 3
+    for ln in rows:   # fp64: the batched real runs made the single runs' decisions, and the replay made them too
+        assert "4/4 outputs, 0 unrecorded contexts" in ln, ln
+    assert sorted(int(ln.split()[1]) for ln in rows) == [1, 1, 1, 3, 3, 3]
+
+
 def test_bad_inputs_one_line(tmp_path, capsys):
     assert realcheck.main(["--hardware", "nosuch", "--dir", str(tmp_path)]) == 2
     assert "unknown hardware profile 'nosuch'" in capsys.readouterr().err
@@ -41,6 +58,8 @@ def test_bad_inputs_one_line(tmp_path, capsys):
     assert "real.jsonl not found: record first" in capsys.readouterr().err
     assert realcheck.main(["--strategies", "nosuch", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
     assert "nosuch" in capsys.readouterr().err
+    assert realcheck.main(["--batches", "0,2", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
+    assert "--batches must be >= 1" in capsys.readouterr().err
 
 
 def test_a_stopped_recording_keeps_its_finished_prompts(tmp_path, capsys, monkeypatch):
