@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,11 +74,16 @@ class HFEngine:
         backend.prefill(prompt)
 
 
-def engine_for(backend: Backend) -> SimEngine | HFEngine:
-    from ouroboros.backends.hf import HFBackend
+def _hf_backend_type() -> type | None:
+    """HFBackend when its module is loaded (an hf backend exists only then), without importing torch for the sim."""
+    mod = sys.modules.get("ouroboros.backends.hf")
+    return getattr(mod, "HFBackend", None)
 
-    if isinstance(backend, HFBackend):
-        return HFEngine(cuda=backend.device.type == "cuda")
+
+def engine_for(backend: Backend) -> SimEngine | HFEngine:
+    hf = _hf_backend_type()
+    if hf is not None and isinstance(backend, hf):
+        return HFEngine(cuda=backend.device.type == "cuda")  # type: ignore[attr-defined]
     if hasattr(backend, "cost"):   # SimBackend, ProxyBackend: the simulated clock
         return SimEngine()
     raise OuroborosError(f"batched decoding runs on the hf and sim backends, not on {type(backend).__name__}")
@@ -190,9 +196,11 @@ class Scheduler:
     """Deterministic cooperative scheduling of request threads around batched forwards (module docstring).
     `refill()` (called with the lock held whenever the running thread stops) admits whatever may join now."""
 
-    def __init__(self, engine: SimEngine | HFEngine, refill: Callable[[], None] | None = None):
+    def __init__(self, engine: SimEngine | HFEngine, refill: Callable[[], None] | None = None,
+                 on_leave: Callable[[Task], None] | None = None):
         self.engine = engine
         self.refill = refill
+        self.on_leave = on_leave
         self._lock = threading.Lock()
         self.active: list[Task] = []             # admitted, not finished (admission order)
         self._waiting: dict[int, tuple[str, Any, Draft, bool]] = {}   # id(task) -> (role, backend, draft, logits)
@@ -239,6 +247,8 @@ class Scheduler:
         with self._lock:
             task.end_s = self.engine.clock.now()
             self.active.remove(task)
+            if self.on_leave is not None:
+                self.on_leave(task)
             self._pass_turn()
 
     def _pass_turn(self) -> None:
@@ -506,6 +516,8 @@ def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
     tasks: list[Task] = []
 
     def refill() -> None:
+        if not (queue and free):
+            return
         now = engine.clock.now()
         if load.rate is not None and queue and free and not sched.active and queue[0].arrival_s > now:
             engine.clock.charge(queue[0].arrival_s - now)   # type: ignore[union-attr]  # idle until the next one
@@ -531,16 +543,10 @@ def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
 
             sched.admit(task, threading.Thread(target=sched.run_task, args=(task, body), daemon=True))
 
-    def busy_slots() -> set[int]:
-        return {t.slot for t in sched.active}
+    def leave(task: Task) -> None:
+        heapq.heappush(free, task.slot)
 
-    def refill_all() -> None:
-        for s in range(load.concurrency):
-            if s not in free and s not in busy_slots() and s in slots:
-                heapq.heappush(free, s)
-        refill()
-
-    sched = Scheduler(engine, refill_all)
+    sched = Scheduler(engine, refill, leave)
     sched.start()
     sched.done.wait()
     errors = [t.error for t in tasks if t.error is not None]
@@ -559,11 +565,11 @@ def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
 
 def fresh_like(backend: Any) -> Any:
     """A new backend on the same model as `backend` (own tokens and cache): one per batch slot."""
-    from ouroboros.backends.hf import HFBackend
     from simulators.backend import ProxyBackend, SimBackend, SimClock
 
-    if isinstance(backend, HFBackend):
-        return HFBackend(backend.model, backend.max_context, backend.name)
+    hf = _hf_backend_type()
+    if hf is not None and isinstance(backend, hf):
+        return hf(backend.model, backend.max_context, backend.name)
     if isinstance(backend, SimBackend):
         return SimBackend(backend.lm, backend.cost, SimClock(), backend.max_context, backend.name)
     if isinstance(backend, ProxyBackend):

@@ -84,6 +84,7 @@ class SweepConfig:
     name: str = "single"
     grid: list[str] = field(default_factory=list)   # Hydra sweep overrides ("key=a,b,c"): cartesian product
     points: list[SweepPoint] = field(default_factory=list)    # explicit points, crossed with the grid
+    base: list[str] = field(default_factory=list)  # overrides every point starts from (a typed key wins)
     resume: bool = True         # skip points already in the record file
 
 

@@ -159,6 +159,11 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
     one line per command-line override a point replaced and per setting the command line left to a default."""
     out: list[Point] = []
     seen: set[str] = set()
+    typed_keys = {override_key(o) for o in base}
+    preset = [d for d in sweep.base if override_key(d) not in typed_keys]   # what you type wins
+    if preset and notes is not None:
+        notes.append(f"sweep {sweep.name} starts every point from {' '.join(preset)} (type a key to change it)")
+    base = preset + list(base)
     typed = {k.split(".", 2)[2] for o in base if (k := override_key(o)).startswith("strategy.params.")}
     swept = swept_params(sweep) | typed   # a param typed on the command line is shown too (a -m job's sweep)
     for suffix, ovr in expand(sweep):
@@ -207,10 +212,14 @@ def run_points(points: list[Point], ex: Executor) -> list[dict]:
 
 
 def sweep_main(cfg: DictConfig) -> list[dict]:
-    sets_serve = any(override_key(o).startswith("serve.") for o in list(cfg.sweep.grid)
+    sets_serve = any(override_key(o).startswith("serve.") for o in list(cfg.sweep.grid) + list(cfg.sweep.base)
                      + [o for p in cfg.sweep.points for o in p.overrides])
-    run = validate(cfg, serving=not sets_serve)   # the points themselves are checked in full (plan)
     hc = HydraConfig.get()
+    typed_keys = {override_key(o) for o in hc.overrides.task}
+    preset = [d for d in cfg.sweep.base if override_key(d) not in typed_keys]
+    if preset:   # the base config as every point starts from it
+        cfg = hydra.compose(config_name="config", overrides=preset + list(hc.overrides.task))
+    run = validate(cfg, serving=not sets_serve)   # the points themselves are checked in full (plan)
     choices = dict(hc.runtime.choices)
     notes: list[str] = []
     points = plan(list(hc.overrides.task), choices, run.sweep, notes)
