@@ -569,7 +569,7 @@ def fresh_like(backend: Any) -> Any:
 
     hf = _hf_backend_type()
     if hf is not None and isinstance(backend, hf):
-        return hf(backend.model, backend.max_context, backend.name)
+        return hf(backend.model, backend.max_context, backend.name)  # type: ignore[attr-defined]
     if isinstance(backend, SimBackend):
         return SimBackend(backend.lm, backend.cost, SimClock(), backend.max_context, backend.name)
     if isinstance(backend, ProxyBackend):
