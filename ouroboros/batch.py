@@ -23,6 +23,7 @@ Knows nothing of Hydra, records or which strategy runs.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import sys
 import threading
@@ -469,7 +470,7 @@ class ServeResult:
 
         def pct(xs: list[float], q: float) -> float:
             xs = sorted(xs)
-            return xs[min(len(xs) - 1, max(0, int(round(q * len(xs) + 0.5)) - 1))]  # nearest rank
+            return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]  # nearest rank
 
         out: dict[str, Any] = {"concurrency": load.concurrency, "rate": load.rate, "requests": len(rs),
                                "tokens": tokens, "makespan_s": span,
@@ -527,8 +528,6 @@ def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
             if load.rate is None:
                 req.arrival_s = now
             task = Task(req, heapq.heappop(free))
-            if task.slot not in slots:
-                slots[task.slot] = make_slot(sched)
             slot = slots[task.slot]
             for row in (slot.target, slot.draft):
                 if row is not None:
@@ -547,6 +546,9 @@ def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
         heapq.heappush(free, task.slot)
 
     sched = Scheduler(engine, refill, leave)
+    for i in range(min(load.concurrency, len(reqs))):   # built here: a bad strategy setting fails before any thread
+        slots[i] = make_slot(sched)
+    free = free[:len(slots)]
     sched.start()
     sched.done.wait()
     errors = [t.error for t in tasks if t.error is not None]
