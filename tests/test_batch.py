@@ -243,6 +243,10 @@ def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
     assert "@r1" in recs[0]["prompts"][4]["prompt_id"]     # 20 requests cycle through 4 prompts
     figs = all_figures(recs)
     assert {"speedup_vs_concurrency", "latency_vs_throughput"} <= set(figs)
+    from ouroboros.sinks import point_metrics
+
+    m = point_metrics(recs[4])   # what the wandb mirror logs
+    assert m["serving/throughput_tok_s"] == recs[4]["serving"]["throughput_tok_s"] and "serving/ttft_s_p99" in m
     assert "vanilla [C=1]" in res.out and "p99" in res.out
 
 
