@@ -295,11 +295,18 @@ def format_table(records: list[dict]) -> str:
                      f"{r.get('identical_to_baseline') or '-':>9}")
     lines.append("speedup: baseline time / time (the paper's); SB spd: mean per-prompt tok/s over the baseline's "
                  "(Spec-Bench's)")
-    if any(r.get("serving") for r in records):
+    served = [r for r in records if r.get("serving")]
+    if served:
         lines.append("served points (serve.concurrency): seconds = makespan, tok/s = throughput, speedup = the "
-                     "baseline's makespan / this one's at the same load; latencies: " + "; ".join(
-                         f"{r['label']} p50 {r['serving']['latency_s_p50']:.2f} s p99 "
-                         f"{r['serving']['latency_s_p99']:.2f} s" for r in records if r.get("serving")))
+                     "baseline's makespan / this one's at the same load")
+        head2 = (f"{'served point':<44}{'C':>5}{'batch':>7}{'latency p50':>13}{'p99':>8}{'TTFT p50':>10}"
+                 f"{'TPOT p50':>10}")
+        lines += [head2, "-" * len(head2)]
+        for r in served:
+            sv = r["serving"]
+            lines.append(f"{r['label'][:43]:<44}{sv['concurrency']:>5}{sv['mean_batch']:>7.1f}"
+                         f"{sv['latency_s_p50']:>13.3f}{sv['latency_s_p99']:>8.3f}{sv['ttft_s_p50']:>10.3f}"
+                         f"{sv['tpot_s_p50']:>10.4f}")
     lines += peer_ratio_lines(records)
     for r in records:
         for d in r.get("divergences") or []:
