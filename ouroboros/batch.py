@@ -579,20 +579,41 @@ def fresh_like(backend: Any) -> Any:
     raise OuroborosError(f"batched decoding runs on the hf and sim backends, not on {type(backend).__name__}")
 
 
+def share_pool(prop: Any, pool: Any) -> None:
+    """Point an Ouroboros proposer (and its draft-side lookahead) at `pool`: one phrase pool for every slot."""
+    prop.pool = pool
+    inner = getattr(prop, "_inner", None)
+    if inner is not None and hasattr(inner, "pool"):
+        inner.pool = pool
+
+
 def slot_factory(target: Backend, draft: Backend | None, strategy: str, params: dict[str, Any],
-                 load_aware: bool = False, max_draft: int = 16) -> Callable[[Scheduler], Slot]:
+                 load_aware: bool = False, max_draft: int = 16, shared_pool: bool = False
+                 ) -> Callable[[Scheduler], Slot]:
     """`make_slot` for `serve`: fresh rows on the pair's models and the strategy's proposer on them; with
-    `load_aware`, the proposer wrapped in `LoadAware` (sized by the pair's cost models: sim backends only)."""
-    from ouroboros.strategies import build_proposer, get_spec
+    `load_aware`, the proposer wrapped in `LoadAware` (sized by the pair's cost models: sim backends only); with
+    `shared_pool`, every slot's Ouroboros proposer uses the first slot's phrase pool (its history mechanism at
+    serving scale: a phrase one request harvests serves every request; requests run one at a time between
+    forwards, so the pool is never touched concurrently)."""
+    from ouroboros.strategies import build_proposer, get_spec, make_config
 
     needs_draft = bool(get_spec(strategy).needs_draft_model)
     if load_aware and not hasattr(target, "cost"):
         raise OuroborosError("serve.load_aware sizes drafts with the cost model: it runs on backend=sim")
+    if shared_pool and not (strategy == "ouroboros" and make_config(strategy, params).history):
+        raise OuroborosError("serve.shared_pool shares Ouroboros' history pool: it needs strategy=ouroboros with "
+                             "history=true")
+    pools: list[Any] = []
 
     def make(sched: Scheduler) -> Slot:
         t_row = Row(fresh_like(target), sched, TARGET)
         d_row = Row(fresh_like(draft), sched, DRAFT) if needs_draft and draft is not None else None
         prop: Any = build_proposer(strategy, params, t_row, d_row)
+        if shared_pool:
+            if pools:
+                share_pool(prop, pools[0])
+            else:
+                pools.append(prop.pool)
         if load_aware:
             prop = LoadAware(prop, lambda: sched.batch_size, target.cost,  # type: ignore[attr-defined]
                              getattr(draft, "cost", None) if d_row is not None else None, max_draft)

@@ -100,6 +100,7 @@ class ServeConfig:
     requests: int = 0             # requests served, cycling through the prompts (0: one per prompt)
     load_aware: bool = False      # cap each step's draft depth by expected tokens per batched second (sim only)
     max_draft: int = 16           # the deepest draft load-aware may choose
+    shared_pool: bool = False     # Ouroboros: one phrase pool for all concurrent requests (history at serving scale)
     seed: int = 0                 # arrival times
 
 
@@ -240,8 +241,9 @@ def check_serve(run: RunConfig) -> None:
     if sv.max_draft < 1:
         raise OuroborosError(f"serve.max_draft must be >= 1, got {sv.max_draft}")
     if sv.concurrency == 0:
-        if sv.rate is not None or sv.load_aware or sv.requests:
-            raise OuroborosError("serve.rate, serve.requests and serve.load_aware need serve.concurrency >= 1")
+        if sv.rate is not None or sv.load_aware or sv.requests or sv.shared_pool:
+            raise OuroborosError("serve.rate, serve.requests, serve.load_aware and serve.shared_pool need "
+                                 "serve.concurrency >= 1")
         return
     if sv.rate is not None and not sv.rate > 0:
         raise OuroborosError(f"serve.rate must be > 0 requests per second, got {sv.rate}")
@@ -255,6 +257,9 @@ def check_serve(run: RunConfig) -> None:
                              "(serve.concurrency)")
     if not run.sampling.greedy:
         raise OuroborosError("serve.concurrency runs greedy decoding only (sampling.temperature=0)")
+    if sv.shared_pool and not (run.strategy.name == "ouroboros" and run.strategy.params.get("history", True)):
+        raise OuroborosError("serve.shared_pool shares Ouroboros' history pool: it needs strategy=ouroboros with "
+                             "history=true")
     if kind == "sim" and run.sim.get("tokens") == "proxy":
         raise OuroborosError("serve.concurrency on the simulator needs sim.tokens=surrogate, iid or replay")
 
@@ -335,7 +340,8 @@ def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
             # only when sampling, so greedy points keep the ids of records written before sampling existed
             **({"sampling": dataclasses.asdict(run.sampling)} if not run.sampling.greedy else {}),
             # only when serving, so one-at-a-time points keep their ids; load-aware means nothing to vanilla
-            **({"serve": {**dataclasses.asdict(run.serve), "load_aware": run.serve.load_aware and name != "vanilla"}}
+            **({"serve": {**dataclasses.asdict(run.serve), "load_aware": run.serve.load_aware and name != "vanilla",
+                          "shared_pool": run.serve.shared_pool and name != "vanilla"}}
                if run.serve.concurrency else {})}
 
 

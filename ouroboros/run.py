@@ -507,7 +507,7 @@ class Executor:
 
         def slots():
             return slot_factory(sess.target, draft, run.strategy.name, dict(run.strategy.params), sv.load_aware,
-                                sv.max_draft)
+                                sv.max_draft, sv.shared_pool)
         if run.warmup:   # one short request on a throw-away slot: allocations and kernel choice off the clock
             serve([Request(reqs[0].prompt, min(8, reqs[0].budget), "warmup")], Load(1), engine_for(sess.target),
                   slots(), sess.eos_ids)

@@ -258,6 +258,8 @@ def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
     (["model=tiny", "backend=hf", "serve.concurrency=2", "sampling.temperature=0.7"], "greedy decoding only"),
     (["model=tiny", "backend=hf", "serve.concurrency=2", "serve.rate=1.0"], "needs the simulated clock"),
     (["model=tiny", "backend=hf", "serve.concurrency=2", "serve.load_aware=true"], "load_aware sizes drafts"),
+    (["serve.concurrency=2", "serve.shared_pool=true", "strategy=speculative"], "needs strategy=ouroboros"),
+    (["serve.shared_pool=true", "strategy=ouroboros"], "need serve.concurrency >= 1"),
 ])
 def test_bad_serve_settings_are_one_line_errors(tmp_path, args, msg):
     from cli_helper import run_module
@@ -280,3 +282,23 @@ def test_hf_served_run_through_the_cli(tmp_path):
     recs = read_records(out)
     assert [r["strategy"] for r in recs] == ["vanilla", "pld"]
     assert all(r["serving"]["concurrency"] == 3 and r["identical_to_baseline"] == "5/5" for r in recs[1:])
+
+
+def test_shared_pool_is_one_pool_and_stays_lossless():
+    from ouroboros.batch import Scheduler
+
+    target_model, draft_model = get_model("llama"), get_draft("llama", noise=0.1)
+    target, draft = HFBackend(target_model), HFBackend(draft_model)
+    params = {"gamma": 3, "W": 3, "N": 3, "G": 3, "K": 2}
+    make = slot_factory(target, draft, "ouroboros", params, shared_pool=True)
+    sched = Scheduler(HFEngine())
+    a, b = make(sched), make(sched)
+    assert a.proposer.pool is b.proposer.pool and b.proposer._inner.pool is a.proposer.pool
+    reqs = [Request(_pld_prompt(4 + 3 * i, i % 2), 14, f"r{i}") for i in range(5)]
+    out = serve(reqs, Load(concurrency=3), HFEngine(), slot_factory(target, draft, "ouroboros", params,
+                                                                     shared_pool=True)).requests
+    assert [s.result.output for s in out] == [reference_greedy(target_model, r.prompt, 14) for r in reqs]
+    with pytest.raises(OuroborosError, match="history=true"):
+        slot_factory(target, draft, "ouroboros", {**params, "history": False}, shared_pool=True)
+    with pytest.raises(OuroborosError, match="strategy=ouroboros"):
+        slot_factory(target, draft, "lookahead", {}, shared_pool=True)
