@@ -35,27 +35,54 @@ from ouroboros.contracts import Backend, Clock, Counters, DecodeState, Ouroboros
 from ouroboros.draft import Draft
 from ouroboros.metrics import PromptResult
 
-
 # ----------------------------------------------------------------------------------------------- engines
-class SimEngine:
-    """Simulated batched forwards: decisions from each row's own backend, time from the batch cost model."""
+PREFILL_MODES = ("batched", "separate")
 
-    def __init__(self) -> None:
+
+class SimEngine:
+    """Simulated batched forwards: decisions from each row's own backend, time from the batch cost model.
+
+    prefill="batched" (serving engines' chunked / piggy-backed prefill): a joining request's prompt rides in the
+    next batched forward of the same model (its tokens add to that forward's rows; the weights are read once);
+    a prefill no forward of its model ever follows (a draft model that load-aware never drafted with) is charged
+    alone when its request ends. prefill="separate": each prefill is its own forward when the request joins, as
+    the hf backend runs them (what `realcheck --batches` replays)."""
+
+    def __init__(self, prefill: str = "batched") -> None:
         from simulators.backend import SimClock
 
+        if prefill not in PREFILL_MODES:
+            raise OuroborosError(f"serve.prefill must be one of {', '.join(PREFILL_MODES)}, got {prefill!r}")
         self.clock = SimClock()
+        self.prefill_mode = prefill
+        self._pending: dict[int, list[tuple[Any, tuple[int, int, int]]]] = {}   # id(cost) -> (backend, row)
 
     def forward(self, backends: list[Any], drafts: list[Draft], want: list[bool]) -> list[Scores]:
-        rows = [(len(b.tokens) - b.cache_len + len(d), b.cache_len, len(d) + 1) for b, d in zip(backends, drafts,
-                                                                                            strict=True)]
+        rows: list[tuple[int, int, int | None]] = [
+            (len(b.tokens) - b.cache_len + len(d), b.cache_len, len(d) + 1)
+            for b, d in zip(backends, drafts, strict=True)]
         out = [b.score(d, w) for b, d, w in zip(backends, drafts, want, strict=True)]
-        self.clock.charge(backends[0].cost.batch_forward_s(rows))
+        cost = backends[0].cost
+        rows += [row for _, row in self._pending.pop(id(cost), ())]
+        self.clock.charge(cost.batch_forward_s(rows))
         return out
 
     def prefill(self, backend: Any, prompt: list[int]) -> None:
         backend.prefill(prompt)
         if len(prompt) > 1:
-            self.clock.charge(backend.cost.forward_s(len(prompt) - 1, 0, logits=1))
+            if self.prefill_mode == "separate":
+                self.clock.charge(backend.cost.forward_s(len(prompt) - 1, 0, logits=1))
+            else:
+                self._pending.setdefault(id(backend.cost), []).append((backend, (len(prompt) - 1, 0, 1)))
+
+    def settle(self, backends: list[Any]) -> None:
+        """A request ended: its prefills still waiting for a forward of their model are charged alone."""
+        for key, items in list(self._pending.items()):
+            mine = [it for it in items if any(it[0] is b for b in backends)]
+            for b, (k, ctx, lg) in mine:
+                self.clock.charge(b.cost.forward_s(k, ctx, logits=lg))
+            if mine:
+                self._pending[key] = [it for it in items if not any(it[0] is b for b in backends)]
 
 
 class HFEngine:
@@ -74,6 +101,9 @@ class HFEngine:
     def prefill(self, backend: Any, prompt: list[int]) -> None:
         backend.prefill(prompt)
 
+    def settle(self, backends: list[Any]) -> None:
+        pass
+
 
 def _hf_backend_type() -> type | None:
     """HFBackend when its module is loaded (an hf backend exists only then), without importing torch for the sim."""
@@ -81,12 +111,14 @@ def _hf_backend_type() -> type | None:
     return getattr(mod, "HFBackend", None)
 
 
-def engine_for(backend: Backend) -> SimEngine | HFEngine:
+def engine_for(backend: Backend, prefill: str = "batched") -> SimEngine | HFEngine:
+    """The engine for a pair's backend: real batched forwards (hf: prefills are separate forwards) or simulated
+    ones (`prefill` batched into the next forward of its model, or separate)."""
     hf = _hf_backend_type()
     if hf is not None and isinstance(backend, hf):
         return HFEngine(cuda=backend.device.type == "cuda")  # type: ignore[attr-defined]
     if hasattr(backend, "cost"):   # SimBackend, ProxyBackend: the simulated clock
-        return SimEngine()
+        return SimEngine(prefill)
     raise OuroborosError(f"batched decoding runs on the hf and sim backends, not on {type(backend).__name__}")
 
 
@@ -543,6 +575,8 @@ def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
             sched.admit(task, threading.Thread(target=sched.run_task, args=(task, body), daemon=True))
 
     def leave(task: Task) -> None:
+        slot = slots[task.slot]
+        engine.settle([row.inner for row in (slot.target, slot.draft) if row is not None])
         heapq.heappush(free, task.slot)
 
     sched = Scheduler(engine, refill, leave)

@@ -101,6 +101,9 @@ class ServeConfig:
     load_aware: bool = False      # cap each step's draft depth by expected tokens per batched second (sim only)
     max_draft: int = 16           # the deepest draft load-aware may choose
     shared_pool: bool = False     # Ouroboros: one phrase pool for all concurrent requests (history at serving scale)
+    prefill: str | None = None    # batched: a joining prompt rides in the next batched forward (chunked prefill,
+    #                               as serving engines do; sim only) | separate: its own forward | null: batched on
+    #                               sim, separate on hf (where it is the only mode)
     seed: int = 0                 # arrival times
 
 
@@ -240,6 +243,8 @@ def check_serve(run: RunConfig) -> None:
         raise OuroborosError(f"serve.requests must be >= 0 (0: one per prompt), got {sv.requests}")
     if sv.max_draft < 1:
         raise OuroborosError(f"serve.max_draft must be >= 1, got {sv.max_draft}")
+    if sv.prefill not in (None, "batched", "separate"):
+        raise OuroborosError(f"serve.prefill must be batched or separate, got {sv.prefill!r}")
     if sv.concurrency == 0:
         if sv.rate is not None or sv.load_aware or sv.requests or sv.shared_pool:
             raise OuroborosError("serve.rate, serve.requests, serve.load_aware and serve.shared_pool need "
@@ -257,6 +262,9 @@ def check_serve(run: RunConfig) -> None:
                              "(serve.concurrency)")
     if not run.sampling.greedy:
         raise OuroborosError("serve.concurrency runs greedy decoding only (sampling.temperature=0)")
+    if sv.prefill == "batched" and kind == "hf":
+        raise OuroborosError("serve.prefill=batched is simulated only: on hf each prefill is its own forward "
+                             "(serve.prefill=separate)")
     if sv.shared_pool and not (run.strategy.name == "ouroboros" and run.strategy.params.get("history", True)):
         raise OuroborosError("serve.shared_pool shares Ouroboros' history pool: it needs strategy=ouroboros with "
                              "history=true")

@@ -503,16 +503,18 @@ class Executor:
         reqs = [Request(list(sess.prompts[i % m].ids), budgets[i % m], request_id(sess.prompts[i % m].id, i // m))
                 for i in range(n)]
         load = Load(sv.concurrency, sv.rate, sv.seed)
+        prefill = sv.prefill or ("batched" if sess.backend == "sim" else "separate")
         draft = sess.draft if get_spec(run.strategy.name).needs_draft_model else None
 
         def slots():
             return slot_factory(sess.target, draft, run.strategy.name, dict(run.strategy.params), sv.load_aware,
                                 sv.max_draft, sv.shared_pool)
         if run.warmup:   # one short request on a throw-away slot: allocations and kernel choice off the clock
-            serve([Request(reqs[0].prompt, min(8, reqs[0].budget), "warmup")], Load(1), engine_for(sess.target),
-                  slots(), sess.eos_ids)
-        out = serve(reqs, load, engine_for(sess.target), slots(), sess.eos_ids)
-        return RunResult(strategy=point.label, prompts=[s.result for s in out.requests], serving=out.summary(load))
+            serve([Request(reqs[0].prompt, min(8, reqs[0].budget), "warmup")], Load(1),
+                  engine_for(sess.target, prefill), slots(), sess.eos_ids)
+        out = serve(reqs, load, engine_for(sess.target, prefill), slots(), sess.eos_ids)
+        return RunResult(strategy=point.label, prompts=[s.result for s in out.requests],
+                         serving={**out.summary(load), "prefill": prefill})
 
     def _measure(self, point: Point, base: RunResult | None, baseline_id: str | None) -> dict:
         run = point.run

@@ -238,7 +238,8 @@ class BatchCompared:
 
 
 def replay_batched(out_dir: str, sim_model: str, hardware: str) -> list[BatchCompared]:
-    """Each batched real run's decisions (its run's trace) replayed with the same B on the simulator."""
+    """Each batched real run's decisions (its run's trace) replayed with the same B on the simulator (prefills as
+    separate forwards, as the hf backend runs them)."""
     from ouroboros.batch import Load, Request, SimEngine, serve, slot_factory
 
     path = os.path.join(out_dir, "batch.jsonl")
@@ -256,7 +257,7 @@ def replay_batched(out_dir: str, sim_model: str, hardware: str) -> list[BatchCom
         by_id = {p.id: p for p in trace_prompts(load_trace(tpath))}
         reqs = [Request(list(by_id[pid].ids), r["budget"], pid) for pid in r["prompt_ids"]]
         d = sim.draft if get_spec(r["name"]).needs_draft_model else None
-        res = serve(reqs, Load(r["batch"]), SimEngine(), slot_factory(sim.target, d, r["name"], r["params"]),
+        res = serve(reqs, Load(r["batch"]), SimEngine("separate"), slot_factory(sim.target, d, r["name"], r["params"]),
                     sim.eos_ids)
         summ = res.summary(Load(r["batch"]))
         misses = sim.target.lm.misses + sim.draft.lm.misses  # type: ignore[attr-defined]

@@ -120,7 +120,7 @@ def test_sim_batch_rows_match_single_and_batching_saves_time(name):
     for p in prompts:  # one proposer over the prompts, as a slot keeps it (Ouroboros' pool has a history)
         singles.append(decode(t, prop, p.ids, 48, pair.eos_ids, prompt_id=p.id))
     reqs = [Request(p.ids, 48, p.id) for p in prompts]
-    one = serve(reqs, Load(concurrency=1), SimEngine(), slot_factory(pair.target, pair.draft, name, {}),
+    one = serve(reqs, Load(concurrency=1), SimEngine("separate"), slot_factory(pair.target, pair.draft, name, {}),
                 pair.eos_ids).requests
     six = serve(reqs, Load(concurrency=6), SimEngine(), slot_factory(pair.target, pair.draft, name, {}),
                 pair.eos_ids).requests
@@ -130,6 +130,11 @@ def test_sim_batch_rows_match_single_and_batching_saves_time(name):
     assert max(s.end_s for s in one) == pytest.approx(sum(r.elapsed_s for r in singles), rel=1e-9)
     # six at once: the weights are read once per batched forward, so the makespan is far shorter
     assert max(s.end_s for s in six) < 0.5 * max(s.end_s for s in one)
+    # prompts riding in the next batched forward (chunked prefill) save their own weight reads: same decisions
+    chunked = serve(reqs, Load(concurrency=1), SimEngine("batched"), slot_factory(pair.target, pair.draft, name, {}),
+                    pair.eos_ids).requests
+    assert [s.result.output for s in chunked] == [r.output for r in singles]
+    assert max(s.end_s for s in chunked) < max(s.end_s for s in one)
 
 
 def test_open_loop_arrivals_and_idle_clock():
@@ -260,6 +265,8 @@ def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
     (["model=tiny", "backend=hf", "serve.concurrency=2", "serve.load_aware=true"], "load_aware sizes drafts"),
     (["serve.concurrency=2", "serve.shared_pool=true", "strategy=speculative"], "needs strategy=ouroboros"),
     (["serve.shared_pool=true", "strategy=ouroboros"], "need serve.concurrency >= 1"),
+    (["serve.concurrency=2", "serve.prefill=chunky"], "serve.prefill must be batched or separate"),
+    (["model=tiny", "backend=hf", "serve.concurrency=2", "serve.prefill=batched"], "simulated only"),
 ])
 def test_bad_serve_settings_are_one_line_errors(tmp_path, args, msg):
     from cli_helper import run_module
