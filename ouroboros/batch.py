@@ -338,8 +338,9 @@ class LoadAware:
     the strategy's own shape, measured as it runs: r = draft nodes per unit of depth (1 for a chain; more for trees
     and probe windows), f = draft forwards per unit of depth (1 for SpS; below 1 where the drafter emits several
     tokens per forward, as Ouroboros' does), w = tokens per draft forward. d = 0 is a plain vanilla step. Every
-    `explore_every`-th step that drafts at all drafts uncapped, so the acceptance of depths the cap cuts off stays
-    measured (a step with drafting off explores nothing: at high load that would cost a whole draft). Lossless by
+    `explore_every`-th step that drafts at all drafts one deeper than chosen, so the next depth's acceptance stays
+    measured and the cap can grow. One deeper, not uncapped: a batch's draft phase lasts as long as its deepest
+    row's, so one row drafting deep holds up every row (a step with drafting off explores nothing). Lossless by
     construction: it only lowers `max_depth()`, which every proposer honours (tests/test_batch.py checks it)."""
 
     inner: Any
@@ -350,18 +351,18 @@ class LoadAware:
     decay: float = 0.98                     # the running estimates' memory per observation
     prior: float = 0.7                      # acceptance at depth 1 before any is observed (`prior_weight` steps)
     prior_weight: float = 2.0
-    explore_every: int = 8                  # every n-th step drafts uncapped, so deep acceptance stays measured
+    explore_every: int = 4                  # every n-th batched step, drafting rows draft one deeper than chosen
+    tick: Callable[[], int] | None = None   # the batch's step counter (all rows explore on the same steps)
+    stats_: DepthStats | None = None        # estimates shared by every slot of a serve (None: this wrapper's own)
     chosen: list[int] = field(default_factory=list)
     _steps: int = 0
     _offered: int = 0
 
     def __post_init__(self) -> None:
-        n = self.max_draft + 1
-        self._reached = [0.0] * n     # [i]: decayed steps that offered depth i with depth i - 1 accepted
-        self._accepted = [0.0] * n    # [i]: ... and depth i accepted too
-        # decayed sums over drafting steps: depth, target nodes, draft forwards, draft tokens (prior: one step of
-        # a chain drafted one token per draft forward)
-        self._shape = [1.0, 1.0, 1.0 if self.draft_cost is not None else 0.0, 1.0]
+        if self.stats_ is None:
+            self.stats_ = DepthStats(self.max_draft, self.draft_cost is not None)
+        st = self.stats_
+        self._reached, self._accepted, self._shape = st.reached, st.accepted, st.shape
         self._mark: tuple[int, int] | None = None
 
     def __getattr__(self, name: str) -> Any:   # counters, needs_draft_model, tree_models, checkpoint
@@ -421,10 +422,10 @@ class LoadAware:
         from dataclasses import replace
 
         d = self.best_depth(max(self.load(), 1), len(state.tokens))
-        if d:   # drafting pays: every n-th such step drafts uncapped (when drafting is off, nothing is explored)
+        if d:   # drafting pays: every n-th step drafts one deeper (when drafting is off, nothing is explored)
             self._steps += 1
-            if self._steps % self.explore_every == 0:
-                d = state.max_depth()
+            if (self.tick() if self.tick is not None else self._steps) % self.explore_every == 0:
+                d += 1
         self.chosen.append(d)
         if d < state.max_depth():
             state = replace(state, remaining=d + 1)
@@ -447,6 +448,20 @@ class LoadAware:
         for i in range(1, min(self._offered, m + 1) + 1):   # depths reached: 1 .. min(offered, accepted + 1)
             self._reached[i] = self._reached[i] * self.decay + 1
             self._accepted[i] = self._accepted[i] * self.decay + (1 if m >= i else 0)
+
+
+class DepthStats:
+    """`LoadAware`'s running estimates, shareable by every slot of a serve: acceptance is a property of the pair
+    and the task far more than of one request, and rows that agree on a depth keep a batch's draft phase short
+    (it lasts as long as its deepest row's)."""
+
+    def __init__(self, max_draft: int, has_draft: bool):
+        n = max_draft + 1
+        self.reached = [0.0] * n     # [i]: decayed steps that offered depth i with depth i - 1 accepted
+        self.accepted = [0.0] * n    # [i]: ... and depth i accepted too
+        # decayed sums over drafting steps: depth, target nodes, draft forwards, draft tokens (prior: one step of
+        # a chain drafted one token per draft forward)
+        self.shape = [1.0, 1.0, 1.0 if has_draft else 0.0, 1.0]
 
 
 def candidate_depth(draft: Draft) -> int:
@@ -638,6 +653,7 @@ def slot_factory(target: Backend, draft: Backend | None, strategy: str, params: 
         raise OuroborosError("serve.shared_pool shares Ouroboros' history pool: it needs strategy=ouroboros with "
                              "history=true")
     pools: list[Any] = []
+    shared_stats = DepthStats(max_draft, needs_draft and draft is not None)
 
     def make(sched: Scheduler) -> Slot:
         t_row = Row(fresh_like(target), sched, TARGET)
@@ -650,7 +666,8 @@ def slot_factory(target: Backend, draft: Backend | None, strategy: str, params: 
                 pools.append(prop.pool)
         if load_aware:
             prop = LoadAware(prop, lambda: sched.batch_size, target.cost,  # type: ignore[attr-defined]
-                             getattr(draft, "cost", None) if d_row is not None else None, max_draft)
+                             getattr(draft, "cost", None) if d_row is not None else None, max_draft,
+                             tick=lambda: sched.forwards.get(TARGET, 0), stats_=shared_stats)
         return Slot(t_row, d_row, prop)
 
     return make
