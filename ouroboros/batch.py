@@ -123,7 +123,7 @@ def engine_for(backend: Backend, prefill: str = "batched") -> SimEngine | HFEngi
 
 
 # ----------------------------------------------------------------------------------------------- rows
-TARGET, DRAFT = "target", "draft"
+TARGET, DRAFT, PREFILL = "target", "draft", "prefill"
 
 
 class Row:
@@ -155,7 +155,8 @@ class Row:
         return self.inner.tree_refusal()
 
     def prefill(self, prompt: list[int]) -> None:
-        self.sched.engine.prefill(self.inner, prompt)
+        assert self.task is not None
+        self.sched.call(self.task, PREFILL, self.inner, prompt, False)
 
     def score(self, draft: Draft, want_logits: bool = False) -> Scores:
         assert self.task is not None
@@ -227,7 +228,11 @@ class Served:
 # ----------------------------------------------------------------------------------------------- scheduler
 class Scheduler:
     """Deterministic cooperative scheduling of request threads around batched forwards (module docstring).
-    `refill()` (called with the lock held whenever the running thread stops) admits whatever may join now."""
+
+    Request threads only run Python between forwards, one at a time; every forward and prefill runs in the thread
+    that called `run` (the caller of `serve`), so the model's intra-op thread pool always lives in one OS thread
+    (OpenMP teams of several calling threads would contend for the cores). `refill()` (called with the lock held
+    whenever the running thread stops) admits whatever may join now."""
 
     def __init__(self, engine: SimEngine | HFEngine, refill: Callable[[], None] | None = None,
                  on_leave: Callable[[Task], None] | None = None):
@@ -235,8 +240,9 @@ class Scheduler:
         self.refill = refill
         self.on_leave = on_leave
         self._lock = threading.Lock()
+        self._main = threading.Semaphore(0)      # released when every active request waits (or none is left)
         self.active: list[Task] = []             # admitted, not finished (admission order)
-        self._waiting: dict[int, tuple[str, Any, Draft, bool]] = {}   # id(task) -> (role, backend, draft, logits)
+        self._waiting: dict[int, tuple[str, Any, Any, bool]] = {}   # id(task) -> (role, backend, payload, logits)
         self._runnable: list[Task] = []
         self.done = threading.Event()
         self.forwards: dict[str, int] = {}
@@ -254,20 +260,28 @@ class Scheduler:
         self._runnable.append(task)
         thread.start()
 
-    def start(self) -> None:
+    def run(self) -> None:
+        """The executing thread: let the requests run; whenever all wait, fire one batched forward (or the joining
+        requests' prefills), until none is left."""
         with self._lock:
             self._pass_turn()
+        while True:
+            self._main.acquire()
+            with self._lock:
+                if self.done.is_set():
+                    return
+                self._fire()
+                self._pass_turn()
 
     # called from the request thread that holds the turn
-    def call(self, task: Task, role: str, backend: Any, draft: Draft, want_logits: bool) -> Scores:
+    def call(self, task: Task, role: str, backend: Any, payload: Any, want_logits: bool) -> Any:
         with self._lock:
-            self._waiting[id(task)] = (role, backend, draft, want_logits)
+            self._waiting[id(task)] = (role, backend, payload, want_logits)
             self._pass_turn()
         task.gate.acquire()
         if task.error is not None:
             raise task.error
         res, task.result = task.result, None
-        assert res is not None
         return res
 
     def run_task(self, task: Task, body: Callable[[Task], PromptResult]) -> None:
@@ -285,27 +299,34 @@ class Scheduler:
             self._pass_turn()
 
     def _pass_turn(self) -> None:
-        """The running thread stops (it waits on a forward or has finished): admit who may join, then wake the
-        next runnable request, or, when every active request waits, fire one batched forward first."""
-        while True:
-            if self.refill is not None:
-                self.refill()
-            if self._runnable:
-                self._runnable.pop(0).gate.release()
-                return
-            if not self.active:
-                self.done.set()
-                return
-            self._fire()
+        """The running thread stops (it waits or has finished): admit who may join, then wake the next runnable
+        request, or, when every active request waits (or none is left), the executing thread."""
+        if self.refill is not None:
+            self.refill()
+        if self._runnable:
+            self._runnable.pop(0).gate.release()
+            return
+        if not self.active:
+            self.done.set()
+        self._main.release()
 
     def _fire(self) -> None:
         waiting = [t for t in self.active if id(t) in self._waiting]
         if len(waiting) != len(self.active):
             raise RuntimeError("batch scheduler: a request neither runs nor waits")
         roles = {self._waiting[id(t)][0] for t in waiting}
-        role = DRAFT if DRAFT in roles else TARGET   # a step drafts before it verifies
+        # joining requests' prefills first, then a step's draft phase, then its verification
+        role = PREFILL if PREFILL in roles else DRAFT if DRAFT in roles else TARGET
         batch = [t for t in waiting if self._waiting[id(t)][0] == role]
         calls = [self._waiting.pop(id(t)) for t in batch]
+        if role == PREFILL:
+            for t, c in zip(batch, calls, strict=True):
+                try:
+                    self.engine.prefill(c[1], c[2])
+                except BaseException as e:  # noqa: BLE001 - re-raised in the request's thread
+                    t.error = e
+            self._runnable.extend(batch)
+            return
         try:
             out = self.engine.forward([c[1] for c in calls], [c[2] for c in calls], [c[3] for c in calls])
         except BaseException as e:  # noqa: BLE001 - re-raised in every request thread of the batch
@@ -598,8 +619,7 @@ def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
     for i in range(min(load.concurrency, len(reqs))):   # built here: a bad strategy setting fails before any thread
         slots[i] = make_slot(sched)
     free = free[:len(slots)]
-    sched.start()
-    sched.done.wait()
+    sched.run()
     errors = [t.error for t in tasks if t.error is not None]
     if errors:
         raise errors[0]

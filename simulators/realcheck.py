@@ -314,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="realcheck", help="traces and measured times are written / read here")
     ap.add_argument("--replay-only", action="store_true", help="replay the traces already in --dir")
     ap.add_argument("--batches", default=None, help="also run and replay under load: B = 1,2,4,... requests at once")
+    ap.add_argument("--batched-only", action="store_true",
+                    help="with --batches: skip step 1 (its traces in --dir are replayed), run the batched runs")
     a = ap.parse_args(argv)
     batches: list[int] = []
     if a.batches:
@@ -325,7 +327,18 @@ def main(argv: list[str] | None = None) -> int:
             raise OuroborosError(f"--batches must be >= 1, got {a.batches}")
     load_conf("hardware", a.hardware)  # a bad profile name fails before any model is loaded
     load_conf("model", a.sim_model)
-    if not a.replay_only:
+    if a.batched_only and not batches:
+        raise OuroborosError("--batched-only needs --batches")
+    if a.batched_only:
+        from ouroboros.strategies import make_config
+
+        specs = parse_runs(a.strategies)
+        for s in specs:
+            make_config(s.name, s.params)
+            if not os.path.exists(os.path.join(a.dir, trace_name(s.label))):
+                raise OuroborosError(f"no trace of {s.label} in {a.dir}: record it first (without --batched-only)")
+        record_batched(a, specs, a.dir, batches)
+    elif not a.replay_only:
         from ouroboros.strategies import make_config
 
         if a.max_new_tokens < 1:

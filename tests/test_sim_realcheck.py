@@ -60,6 +60,10 @@ def test_bad_inputs_one_line(tmp_path, capsys):
     assert "nosuch" in capsys.readouterr().err
     assert realcheck.main(["--batches", "0,2", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
     assert "--batches must be >= 1" in capsys.readouterr().err
+    assert realcheck.main(["--batched-only", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
+    assert "--batched-only needs --batches" in capsys.readouterr().err
+    assert realcheck.main(["--batched-only", "--batches", "2", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
+    assert "no trace of vanilla" in capsys.readouterr().err
 
 
 def test_a_stopped_recording_keeps_its_finished_prompts(tmp_path, capsys, monkeypatch):
