@@ -27,6 +27,7 @@ cost model (`calibrate --batches`): measured vs modelled makespan and throughput
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -211,13 +212,37 @@ def record_batched(args, specs: list[RunSpec], out_dir: str, batches: list[int])
             summ = res.summary(Load(b))
             print(f"B={b} {s.label}: {summ['makespan_s']:.1f} s, {summ['throughput_tok_s']:.2f} tok/s "
                   f"(mean batch {summ['mean_batch']:.2f})", flush=True)
+            divs = batch_divergences(out_dir, s.label, res.requests, {p.id: p.ids for p in prompts},
+                                     target.top2_margin)
+            for dv in divs:
+                print(f"  differs from the unbatched run: {dv.prompt_id} at output position {dv.position} "
+                      f"(target top-2 logit margin {dv.margin:.3f})", flush=True)
             lines.append(json.dumps({"run": s.label, "name": s.name, "params": s.params, "batch": b,
                                      "budget": args.max_new_tokens, "serving": summ,
                                      "prompt_ids": [r.result.prompt_id for r in res.requests],
-                                     "outputs": [r.result.output for r in res.requests]}) + "\n")
+                                     "outputs": [r.result.output for r in res.requests],
+                                     "divergences": [dataclasses.asdict(d) for d in divs]}) + "\n")
             with open(path + ".part", "w", encoding="utf-8") as f:
                 f.writelines(lines)
             os.replace(path + ".part", path)
+
+
+def batch_divergences(out_dir: str, label: str, served: list[Any], prompt_ids: dict[str, list[int]],
+                      margin: Any) -> list[Any]:
+    """Requests of a batched run whose outputs differ from the same run's unbatched outputs (step 1, real.jsonl),
+    each with its first differing position and the target's top-2 logit margin there (a fresh unbatched forward):
+    in bf16 a batch's other shapes change reduction orders, so near-ties can flip."""
+    from ouroboros.divergence import divergences
+    from ouroboros.metrics import RunResult
+
+    base: list[PromptResult] = []
+    with open(os.path.join(out_dir, "real.jsonl"), encoding="utf-8") as f:
+        for ln in f:
+            r = json.loads(ln)
+            if r["run"] == label:
+                base.append(PromptResult(prompt_id=r["prompt_id"], prompt_len=r["prompt_len"], output=r["output"],
+                                         elapsed_s=r["elapsed_s"], prefill_s=r["prefill_s"], stop_reason=""))
+    return divergences(RunResult(label, base), RunResult(label, [s.result for s in served]), prompt_ids, margin)
 
 
 @dataclass

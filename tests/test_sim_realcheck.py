@@ -49,6 +49,10 @@ def test_batched_record_then_replay(tmp_path, capsys):
     for ln in rows:   # fp64: the batched real runs made the single runs' decisions, and the replay made them too
         assert "4/4 outputs, 0 unrecorded contexts" in ln, ln
     assert sorted(int(ln.split()[1]) for ln in rows) == [1, 1, 1, 3, 3, 3]
+    import json
+
+    lines = [json.loads(ln) for ln in (out / "batch.jsonl").read_text().splitlines()]
+    assert len(lines) == 6 and all(ln["divergences"] == [] for ln in lines)   # fp64: batched = unbatched
 
 
 def test_bad_inputs_one_line(tmp_path, capsys):
