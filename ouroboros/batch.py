@@ -31,7 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.contracts import Backend, Clock, Counters, DecodeState, OuroborosError, Proposer, Scores
+from ouroboros.backends.base import BackendWrapper
+from ouroboros.contracts import Backend, Clock, DecodeState, OuroborosError, Proposer, Scores
 from ouroboros.draft import Draft
 from ouroboros.metrics import PromptResult
 
@@ -126,33 +127,19 @@ def engine_for(backend: Backend, prefill: str = "batched") -> SimEngine | HFEngi
 TARGET, DRAFT, PREFILL = "target", "draft", "prefill"
 
 
-class Row:
-    """One request slot's view of a model in a batch: the Backend protocol, with `score` batched by the scheduler.
-    A slot's rows (and its proposer) serve its requests one after another; `task` is the current one."""
+class Row(BackendWrapper):
+    """One request slot's view of a model in a batch: the Backend protocol, with `score` (and `prefill`) run by
+    the scheduler. A slot's rows (and its proposer) serve its requests one after another; `task` is the current
+    one."""
 
     def __init__(self, inner: Any, sched: Scheduler, role: str):
-        self.inner, self.sched, self.role = inner, sched, role
+        super().__init__(inner)
+        self.sched, self.role = sched, role
         self.task: Task | None = None
-        self.vocab_size, self.max_context = inner.vocab_size, inner.max_context
-
-    @property
-    def tokens(self) -> list[int]:
-        return self.inner.tokens
-
-    @property
-    def cache_len(self) -> int:
-        return self.inner.cache_len
-
-    @property
-    def counters(self) -> Counters:
-        return self.inner.counters
 
     @property
     def clock(self) -> Clock:
         return self.sched.engine.clock
-
-    def tree_refusal(self) -> str | None:
-        return self.inner.tree_refusal()
 
     def prefill(self, prompt: list[int]) -> None:
         assert self.task is not None
@@ -167,12 +154,6 @@ class Row:
         task = self.task
         if self.role == TARGET and task is not None and task.first_token_s is None and new_tokens:
             task.first_token_s = self.sched.engine.clock.now()
-
-    def rollback(self, n: int) -> None:
-        self.inner.rollback(n)
-
-    def append(self, tokens: list[int]) -> None:
-        self.inner.append(tokens)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ouroboros.backends.base import Backend, Counters, OuroborosError, Scores
+from ouroboros.backends.base import Backend, BackendWrapper, Counters, OuroborosError, Scores
 from ouroboros.draft import Draft
 from simulators.cost_model import CostModel
 from simulators.surrogate import TokenModel
@@ -235,29 +235,13 @@ class SimBackend:
         self.tokens.extend(tokens)
 
 
-class ProxyBackend:
+class ProxyBackend(BackendWrapper):
     """A real backend decides the tokens; the simulated clock charges `cost` for each of its forwards."""
 
     def __init__(self, inner: Backend, cost: CostModel, clock: SimClock, name: str = "proxy"):
-        self.inner, self.cost, self.clock, self.name = inner, cost, clock, name
-        self.vocab_size = inner.vocab_size
-        self.max_context = inner.max_context
+        super().__init__(inner)
+        self.cost, self.clock, self.name = cost, clock, name
         self.busy_s = 0.0
-
-    @property
-    def tokens(self) -> list[int]:
-        return self.inner.tokens
-
-    @property
-    def cache_len(self) -> int:
-        return self.inner.cache_len
-
-    @property
-    def counters(self) -> Counters:
-        return self.inner.counters
-
-    def tree_refusal(self) -> str | None:
-        return self.inner.tree_refusal()
 
     def prefill(self, prompt: list[int]) -> None:
         self.inner.prefill(prompt)
@@ -273,12 +257,3 @@ class ProxyBackend:
         self.clock.charge(dt)
         self.busy_s += dt
         return out
-
-    def commit(self, path: list[int], new_tokens: list[int]) -> None:
-        self.inner.commit(path, new_tokens)
-
-    def rollback(self, n: int) -> None:
-        self.inner.rollback(n)
-
-    def append(self, tokens: list[int]) -> None:
-        self.inner.append(tokens)

@@ -82,15 +82,14 @@ def trace_name(label: str) -> str:
     return "trace-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", label) + ".json"
 
 
-def record(args, specs: list[RunSpec], out_dir: str) -> None:
-    """Step 1: real runs through the harness's runners (`ouroboros.harness.StrategyRunner`, interleaved prompt
-    by prompt by `run_interleaved`), each on its own pair of Recorders."""
+def load_real(args) -> tuple[Any, list[Prompt], Any, Any]:
+    """(loaded pair, prompts, target HFBackend, draft HFBackend or None) as the command line asks, with torch's
+    threads set."""
     import torch
 
     from ouroboros.backends.hf import HFBackend
     from ouroboros.datasets import load_prompts
     from ouroboros.models import load_pair
-    from simulators.replay import Recorder
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -105,6 +104,15 @@ def record(args, specs: list[RunSpec], out_dir: str) -> None:
     prompts = load_prompts(data_cfg, pair.tokenizer, vocab, 0)
     target = HFBackend(pair.target, name="target")
     draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
+    return pair, prompts, target, draft
+
+
+def record(args, specs: list[RunSpec], out_dir: str) -> None:
+    """Step 1: real runs through the harness's runners (`ouroboros.harness.StrategyRunner`, interleaved prompt
+    by prompt by `run_interleaved`), each on its own pair of Recorders."""
+    from simulators.replay import Recorder
+
+    pair, prompts, target, draft = load_real(args)
     recs = [(Recorder(target), Recorder(draft) if draft is not None else None) for _ in specs]
     budgets = [args.max_new_tokens] * len(prompts)
     jobs = [Job(StrategyRunner(StrategyRun(s.name, s.params, s.label), t, d, pair.eos_ids), budgets)
@@ -180,26 +188,9 @@ def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:
 def record_batched(args, specs: list[RunSpec], out_dir: str, batches: list[int]) -> None:
     """Real continuous-batching runs: every spec at every B over the same prompts (a short warm-up serve first);
     one line per (run, B) in DIR/batch.jsonl, rewritten after each."""
-    import torch
-
-    from ouroboros.backends.hf import HFBackend
     from ouroboros.batch import HFEngine, Load, Request, serve, slot_factory
-    from ouroboros.datasets import load_prompts
-    from ouroboros.models import load_pair
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model_cfg = parse_kind(args.model, "model")
-    data_cfg = parse_kind(args.dataset, "dataset")
-    data_cfg.setdefault("limit", args.limit)
-    if args.ids:
-        data_cfg["ids"] = args.ids.split(",")
-    data_cfg["max_new_tokens"] = args.max_new_tokens
-    pair = load_pair(model_cfg, dtype=args.dtype, device="cpu")
-    vocab = int(pair.target.get_output_embeddings().weight.shape[0])  # type: ignore[operator]
-    prompts = load_prompts(data_cfg, pair.tokenizer, vocab, 0)
-    target = HFBackend(pair.target, name="target")
-    draft = HFBackend(pair.draft, name="draft") if pair.draft is not None else None
+    pair, prompts, target, draft = load_real(args)
     reqs = [Request(list(p.ids), args.max_new_tokens, p.id) for p in prompts]
     lines: list[str] = []
     path = os.path.join(out_dir, "batch.jsonl")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ouroboros.backends.base import Backend, Counters, OuroborosError, Scores
+from ouroboros.backends.base import Backend, BackendWrapper, OuroborosError, Scores
 from ouroboros.datasets import Prompt
 from ouroboros.draft import Draft
 
@@ -55,35 +55,18 @@ class TraceLM:
         return out
 
 
-class Recorder:
+class Recorder(BackendWrapper):
     """Wraps a real backend; every prediction it makes is written to `table` under its context key."""
 
     def __init__(self, inner: Backend):
-        self.inner = inner
+        super().__init__(inner)
         self.table: dict[tuple[int, int], int] = {}
         self.lm = TraceLM(self.table, inner.vocab_size)
-        self.vocab_size = inner.vocab_size
-        self.max_context = inner.max_context
         self._states: list[tuple[int, int]] = [self.lm.start()]
-
-    @property
-    def tokens(self) -> list[int]:
-        return self.inner.tokens
-
-    @property
-    def cache_len(self) -> int:
-        return self.inner.cache_len
-
-    @property
-    def counters(self) -> Counters:
-        return self.inner.counters
 
     @property
     def clock(self):
         return self.inner.clock
-
-    def tree_refusal(self) -> str | None:
-        return self.inner.tree_refusal()
 
     def _extend(self, tokens: list[int]) -> None:
         st, step = self._states[-1], self.lm.step

@@ -15,7 +15,8 @@ from typing import ParamSpec
 
 from ouroboros.contracts import Backend, Clock, Counters, OuroborosError, Scores
 
-__all__ = ["Backend", "Clock", "Counters", "OuroborosError", "Scores", "WallClock", "cli", "report_error"]
+__all__ = ["Backend", "BackendWrapper", "Clock", "Counters", "OuroborosError", "Scores", "WallClock", "cli",
+           "report_error"]
 
 
 _P = ParamSpec("_P")
@@ -53,3 +54,38 @@ class WallClock:
 
             torch.cuda.synchronize()
         return time.perf_counter()
+
+
+class BackendWrapper:
+    """Base of backends that wrap another (`inner`) and change some of what it does (a recorder of its
+    decisions, a simulated clock over a real model, a batch row): the committed sequence, cache length,
+    counters and capability are the inner backend's, and commit / rollback / append go straight to it."""
+
+    def __init__(self, inner: Backend):
+        self.inner = inner
+        self.vocab_size = inner.vocab_size
+        self.max_context = inner.max_context
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.inner.tokens
+
+    @property
+    def cache_len(self) -> int:
+        return self.inner.cache_len
+
+    @property
+    def counters(self) -> Counters:
+        return self.inner.counters
+
+    def tree_refusal(self) -> str | None:
+        return self.inner.tree_refusal()
+
+    def commit(self, path: list[int], new_tokens: list[int]) -> None:
+        self.inner.commit(path, new_tokens)
+
+    def rollback(self, n: int) -> None:
+        self.inner.rollback(n)
+
+    def append(self, tokens: list[int]) -> None:
+        self.inner.append(tokens)
