@@ -412,9 +412,9 @@ class LoadAware:
             if d:
                 run *= ps[d - 1]
                 e += run
-            t = self.target_cost.batch_forward_s([(1 + max(1, round(r * d)) if d else 1, ctx, None)] * batch)
+            t = self.target_cost.uniform_batch_s(batch, 1 + max(1, round(r * d)) if d else 1, ctx)
             if d and self.draft_cost is not None and f > 0:
-                t += f * d * self.draft_cost.batch_forward_s([(max(1, round(w)), ctx, None)] * batch)
+                t += f * d * self.draft_cost.uniform_batch_s(batch, max(1, round(w)), ctx)
             rate = e / t
             if rate > best_rate:
                 best, best_rate = d, rate

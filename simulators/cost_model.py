@@ -114,6 +114,17 @@ class CostModel:
             t = max(t - self.head_s_per_row * saved, self.fixed_s + self.weight_s + kv * self.kv_s_per_ctx)
         return t
 
+    def uniform_batch_s(self, batch: int, k: int, ctx: int) -> float:
+        """`batch_forward_s` of `batch` identical rows (k new tokens over ctx cached each, logits at every token),
+        in O(1)."""
+        if batch == 1:
+            return self.forward_s(k, ctx)
+        ks = batch * k
+        kt = -(-ks // self.tile) * self.tile
+        mm = self.flop_s_per_token * kt
+        return (self.fixed_s + self.token_s * ks + (mm if mm > self.weight_s else self.weight_s)
+                + batch * ctx * self.kv_s_per_ctx + self.attn_s_per_q_ctx * batch * k * (ctx + k))
+
     def scaled(self, factor: float) -> CostModel:
         if not factor > 0:
             raise OuroborosError(f"cost scale factor must be > 0, got {factor}")

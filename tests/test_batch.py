@@ -204,6 +204,8 @@ def test_batch_cost_model():
                                 + cm.attn_s_per_q_ctx * 16 * 64)
     with pytest.raises(OuroborosError):
         cm.batch_forward_s([])
+    for b, k, c in ((1, 3, 50), (7, 5, 200), (64, 1, 900)):
+        assert cm.uniform_batch_s(b, k, c) == pytest.approx(cm.batch_forward_s([(k, c, None)] * b), rel=1e-12)
 
 
 def test_fit_recovers_a_batched_cost_model():
