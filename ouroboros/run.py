@@ -282,7 +282,7 @@ def settings_lines(records: list[dict]) -> list[str]:
 
 def format_table(records: list[dict]) -> str:
     head = (f"{'point':<44}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'SB spd':>8}{'eta':>7}{'A':>7}"
-            f"{'#Match':>8}{'same':>9}")
+            f"{'#Match':>8}{'same':>11}")
     lines = [*settings_lines(records), head, "-" * len(head)] if records else [head, "-" * len(head)]
     for r in records:
         t, sp, sb = r["totals"], r.get("speedup"), r.get("speedup_specbench")
@@ -292,7 +292,7 @@ def format_table(records: list[dict]) -> str:
                      f"{'-' if sp is None else f'{sp:.2f}x':>9}{'-' if sb is None else f'{sb:.2f}x':>8}"
                      f"{t['block_efficiency']:>7.2f}"
                      f"{t['accepted_length']:>7.2f}{t['match_per_forward']:>8.2f}"
-                     f"{r.get('identical_to_baseline') or '-':>9}")
+                     f"{r.get('identical_to_baseline') or '-':>11}")
     lines.append("speedup: baseline time / time (the paper's); SB spd: mean per-prompt tok/s over the baseline's "
                  "(Spec-Bench's)")
     served = [r for r in records if r.get("serving")]
