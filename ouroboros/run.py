@@ -389,6 +389,8 @@ class Executor:
 
                     check_peer_models(name, stock_models(sess)[1], sess.eos_ids)
                 check_trees(name, sess.target, sess.draft if get_spec(name).needs_draft_model else None)
+                if p.run.serve.concurrency and sess.backend == "sim":
+                    check_serving_memory(p, sess, self._budgets(p, sess))
 
     def _done(self, pid: str) -> dict | None:
         return self.records.index().get(pid) if (self.resume and self.records is not None) else None
@@ -539,6 +541,19 @@ class Executor:
         if self.on_record is not None:
             self.on_record(rec)
         return rec
+
+
+def check_serving_memory(point: Point, sess: Session, budgets: list[int]) -> None:
+    """A served simulated point: the weights + the KV caches of its `concurrency` largest requests must fit."""
+    from simulators.pair import check_serving_fit
+
+    run = point.run
+    sizes = sorted((len(p.ids) + b for p, b in zip(sess.prompts, budgets, strict=True)), reverse=True)
+    n = run.serve.requests or len(sizes)
+    per_round = sizes * (-(-n // len(sizes)))   # requests cycle through the prompts
+    c = run.serve.concurrency
+    check_serving_fit(run.model, run.hardware or {}, run.sim, sum(sorted(per_round[:n], reverse=True)[:c]), c,
+                      bool(get_spec(run.strategy.name).needs_draft_model))
 
 
 class _no_claim:

@@ -147,6 +147,23 @@ def pair_setup(model: dict[str, Any], hardware: dict[str, Any],
     return opts, prof, hw, pair_costs(prof, hw, opts)
 
 
+def check_serving_fit(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, Any] | None,
+                      kv_tokens: int, concurrency: int, with_draft: bool) -> None:
+    """Serving: the weights plus the KV caches of the `concurrency` largest requests decoding at once
+    (`kv_tokens`: their prompt + budget tokens summed; the draft's too when the strategy runs it) must fit the
+    machine's memory; else one line saying what would."""
+    opts = sim_options(sim)
+    prof = PairProfile.from_model_cfg(model)
+    hw = Hardware.from_dict(hardware)
+    if opts["placement"] or opts["devices"]:
+        hw = hw.with_placement(opts["placement"], opts["devices"])
+    try:
+        check_fits(prof.target, prof.draft if with_draft else None, hw, opts["dtype"], kv_tokens)
+    except OuroborosError as e:
+        raise OuroborosError(f"serve.concurrency={concurrency}: the KV caches of {concurrency} requests at once "
+                             f"({kv_tokens} tokens) do not fit: {e}") from None
+
+
 def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, Any] | None = None,
               seed: int = 0) -> SimPair:
     opts, prof, hw, costs = pair_setup(model, hardware, sim)

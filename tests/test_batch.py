@@ -268,6 +268,8 @@ def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
     (["serve.concurrency=2", "serve.shared_pool=true", "strategy=speculative"], "needs strategy=ouroboros"),
     (["serve.shared_pool=true", "strategy=ouroboros"], "need serve.concurrency >= 1"),
     (["serve.concurrency=2", "serve.prefill=chunky"], "serve.prefill must be batched or separate"),
+    (["hardware=h100", "sim.devices=2", "sim.placement=tensor", "serve.concurrency=64", "serve.requests=100"],
+     "KV caches of 64 requests at once"),
     (["model=tiny", "backend=hf", "serve.concurrency=2", "serve.prefill=batched"], "simulated only"),
 ])
 def test_bad_serve_settings_are_one_line_errors(tmp_path, args, msg):
