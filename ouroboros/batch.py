@@ -33,6 +33,7 @@ from typing import Any
 
 from ouroboros.backends.base import BackendWrapper
 from ouroboros.contracts import Backend, Clock, DecodeState, OuroborosError, Proposer, Scores
+from ouroboros.decode import decode, greedy_verifier, max_candidate_depth
 from ouroboros.draft import Draft
 from ouroboros.metrics import PromptResult
 
@@ -388,16 +389,6 @@ class LoadAware:
             out.append(q)
         return out
 
-    def acceptance(self, i: int) -> float:
-        return self.acceptances(i)[-1]
-
-    def expected_tokens(self, d: int) -> float:
-        e, run = 1.0, 1.0
-        for p in self.acceptances(d):
-            run *= p
-            e += run
-        return e
-
     def shape(self) -> tuple[float, float, float]:
         """(r, f, w): target nodes per depth, draft forwards per depth, tokens per draft forward."""
         depth, nodes, fwd, toks = self._shape
@@ -434,7 +425,7 @@ class LoadAware:
         c = self.inner.counters
         mark = (c.forwards, c.tokens)
         draft = self.inner.propose(state)
-        self._offered = min(candidate_depth(draft), self.max_draft)
+        self._offered = min(max_candidate_depth(draft), self.max_draft)
         self._nodes, self._mark = len(draft), mark
         return draft
 
@@ -464,17 +455,6 @@ class DepthStats:
         # decayed sums over drafting steps: depth, target nodes, draft forwards, draft tokens (prior: one step of
         # a chain drafted one token per draft forward)
         self.shape = [1.0, 1.0, 1.0 if has_draft else 0.0, 1.0]
-
-
-def candidate_depth(draft: Draft) -> int:
-    from ouroboros.draft import CANDIDATE
-
-    if not len(draft):
-        return 0
-    if draft.is_chain:
-        return len(draft)
-    depths = [d for d, k in zip(draft.depths, draft.kinds, strict=True) if k == CANDIDATE]
-    return 1 + max(depths) if depths else 0
 
 
 # ----------------------------------------------------------------------------------------------- serving
@@ -548,7 +528,6 @@ def serve(requests: Sequence[Request], load: Load, engine: SimEngine | HFEngine,
     """Decode every request under `load` with continuous batching, each through the one loop; returns them in
     request order. `make_slot(sched)` builds a slot: fresh rows on the pair and a proposer on them, kept from
     request to request (as a single-request runner keeps its proposer)."""
-    from ouroboros.decode import decode, greedy_verifier
     from simulators.backend import SimClock
 
     if not requests:

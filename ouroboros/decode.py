@@ -124,13 +124,17 @@ def step_record(draft: Draft, verdict: Verdict, new_tokens: int, fed: int, draft
         srcs = draft.sources
         src = dict(Counter(srcs[i] for i in verdict.path))
     return StepRecord(
-        n_nodes=len(draft), n_candidates=n_cand, max_depth=_max_candidate_depth(draft, n_cand),
+        n_nodes=len(draft), n_candidates=n_cand, max_depth=max_candidate_depth(draft, n_cand),
         accepted=len(verdict.path), new_tokens=new_tokens, n_match=verdict.n_match, target_tokens=fed,
         draft_forwards=draft_forwards, draft_tokens=draft_tokens, draft_s=draft_s, verify_s=verify_s,
         other_s=other_s, accepted_sources=src)
 
 
-def _max_candidate_depth(draft: Draft, n_cand: int) -> int:
+def max_candidate_depth(draft: Draft, n_cand: int | None = None) -> int:
+    """Depth of the deepest candidate (never-accepted probes excluded); 0 for an empty draft. `n_cand`: the
+    draft's candidate count when the caller has it."""
+    if n_cand is None:
+        n_cand = len(draft.kinds) - sum(draft.kinds)  # PROBE == 1
     if n_cand == 0:
         return 0
     if draft.is_chain:
