@@ -21,7 +21,7 @@ from pathlib import Path
 from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import need_field, packaged_file, read_answers, read_jsonl
 from simulators.pair import SIM_DEFAULTS
-from simulators.surrogate import NGramLM, PieceTokenizer, load_corpus
+from simulators.surrogate import NGramLM, PieceTokenizer, RealTokenizer, load_corpus
 
 Pair = tuple[list[int], list[int]]  # (prompt ids, continuation ids)
 INSTEAD = "pass --source FILE.jsonl ({prompt, completion} lines)"
@@ -75,7 +75,7 @@ def real_texts(source: str) -> list[tuple[str, str]]:
             for n, o in read_jsonl(path)]
 
 
-def encode(texts: list[tuple[str, str]], tok: PieceTokenizer) -> list[Pair]:
+def encode(texts: list[tuple[str, str]], tok: PieceTokenizer | RealTokenizer) -> list[Pair]:
     return [(tok.encode(p), tok.encode(c)) for p, c in texts]
 
 

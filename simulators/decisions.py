@@ -160,9 +160,10 @@ def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper
     folder, in recorded order, as the real run had). `mapper(surrogate tokenizer)` -> real id -> surrogate id."""
     opts = {**sim_opts, "prompt_tokens": "surrogate"}  # prompts come as real ids, mapped by `mapper`
     pair = make_pair(load_conf("model", model), load_conf("hardware", SIM_HARDWARE), opts, seed=seed)
-    map_id = mapper(pair.tokenizer)
+    real_ids = pair.tokenizer.real_ids  # sim.pieces=real: the surrogate speaks the real ids, nothing to map
+    map_id = int if real_ids else mapper(pair.tokenizer)
     needs = get_spec(run.name).needs_draft_model
-    params = mapped_params(run, map_id)
+    params = dict(run.params) if real_ids else mapped_params(run, map_id)
     proposers: dict[int, Any] = {}
     out = []
     for i in which:
@@ -329,7 +330,7 @@ def add_args(ap) -> None:
     ap.add_argument("--name", default="qwen_coder_humaneval", help="profile name: conf/sim/<name>.yaml")
     ap.add_argument("--model", default="qwen_coder", help="the real pair (conf/model/<name>.yaml)")
     ap.add_argument("--task", default="humaneval")
-    ap.add_argument("--corpus", default=None, choices=["code", "prose"],
+    ap.add_argument("--corpus", default=None, choices=["code", "pycode", "prose"],
                     help="the surrogate corpus (default: code for humaneval / mbpp, else prose)")
     ap.add_argument("--tokenizer", default=None, help="the pair's tokenizer directory (default: the fetched one)")
     ap.add_argument("--start", default=None, help="start the search from this profile's knobs (conf/sim/<name>.yaml; "

@@ -25,18 +25,21 @@ from simulators.backend import ProxyBackend, SimBackend, SimClock
 from simulators.cost_model import CostModel, check_fits, from_spec, scaled_to
 from simulators.hardware import Hardware
 from simulators.profiles import PairProfile
-from simulators.surrogate import EOS_ID, IIDDraftLM, NGramLM, NoisyDraftLM
-from simulators.tokens import MODES, prompt_tokenizer
+from simulators.surrogate import IIDDraftLM, NGramLM, NoisyDraftLM
+from simulators.tokens import MODES, prompt_tokenizer, real_tokenizer_dir
 
 SIM_DEFAULTS: dict[str, Any] = {
     "tokens": "surrogate",        # surrogate | iid | replay | proxy
-    "corpus": "code",             # surrogate corpus: code | prose
+    "corpus": "code",             # surrogate corpus: code | pycode (stdlib packages only) | prose
     "vocab": 4096,                # surrogate vocabulary
     "pieces": "words",            # surrogate tokenizer: words (spaces apart) | bpe (words carry their leading space)
+                                  # | real (the pair's own tokenizer: the surrogate speaks real token ids)
     "order": 4,                   # n-gram order of the surrogate target
     "p_top": 0.75,                # how often the surrogate target takes its table's top continuation
     "p_copy": 0.0,                # how often it copies what followed the last two tokens earlier (induction)
     "copy_window": 256,           # how far back it copies from (tokens)
+    "induction": 0.0,             # match-length copying (0: off): P(copy | the last token alone matched earlier)
+    "induction_decay": 1.0,       # ... P(copy | L matched) = 1 - (1 - induction) * induction_decay^(L - 1)
     "pos_grain": 1,               # its varied choices depend on the position in blocks of this many tokens
     "choice_ctx": 0,              # ... and on this many last tokens (0: all tail_len = 8)
     "local_frac": 0.0,            # share of contexts whose next token the last `local_ctx` tokens alone decide
@@ -46,6 +49,7 @@ SIM_DEFAULTS: dict[str, Any] = {
     "hard_frac": 0.25,            # fraction of positions in hard stretches
     "burst_len": 24,              # length of an easy / hard stretch (tokens)
     "p_shift": 0.5,               # share of mismatches that are "one token too early" (else the runner-up)
+    "alpha_copy": None,           # draft agreement where the target copies by induction (null: as elsewhere)
     "alpha": 0.8,                 # iid draft agreement
     "dtype": "fp16",
     "placement": None,            # override the hardware's placement: single | pipeline | tensor
@@ -170,16 +174,19 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
     clock = SimClock()
     kind = opts["tokens"]
     if kind in ("surrogate", "iid"):
+        real_dir = str(real_tokenizer_dir(opts, model)) if opts["pieces"] == "real" else None
         lm = NGramLM(opts["corpus"], int(opts["vocab"]), int(opts["order"]), p_top=float(opts["p_top"]), seed=seed,
                      p_copy=float(opts["p_copy"]), copy_window=int(opts["copy_window"]), pieces=str(opts["pieces"]),
                      pos_grain=int(opts["pos_grain"]), choice_ctx=int(opts["choice_ctx"]),
-                     local_frac=float(opts["local_frac"]), local_ctx=int(opts["local_ctx"]))
+                     local_frac=float(opts["local_frac"]), local_ctx=int(opts["local_ctx"]), tokenizer_dir=real_dir,
+                     induction=float(opts["induction"]), induction_decay=float(opts["induction_decay"]))
         q: Any
         if kind == "iid":
             q = IIDDraftLM(lm, float(opts["alpha"]), seed=seed + 1)
         else:
             q = NoisyDraftLM(lm, float(opts["alpha_easy"]), float(opts["alpha_hard"]), float(opts["hard_frac"]),
-                             int(opts["burst_len"]), p_shift=float(opts["p_shift"]), seed=seed + 1)
+                             int(opts["burst_len"]), p_shift=float(opts["p_shift"]), seed=seed + 1,
+                             alpha_copy=None if opts["alpha_copy"] is None else float(opts["alpha_copy"]))
         ctx = min(prof.target.max_context, prof.draft.max_context)
         target = SimBackend(lm, costs["target"], clock, ctx, name=prof.target.name)
         draft = SimBackend(q, costs["draft"], clock, ctx, name=prof.draft.name)
@@ -189,7 +196,7 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
                            text=lm.corpus.tokenizer.decode(ids)) for i, ids in enumerate(lm.prompts(n, s))]
 
         tok = prompt_tokenizer(opts, model, lm.corpus.tokenizer)
-        return SimPair(target, draft, clock, tok, (EOS_ID,), costs, prof, hw, prompts)
+        return SimPair(target, draft, clock, tok, (lm.corpus.tokenizer.eos_id,), costs, prof, hw, prompts)
     if kind == "replay":
         return replay_pair(opts, prof, hw, costs, clock)
     if kind == "proxy":

@@ -25,7 +25,7 @@ from simulators.profiles import conf_root, load_conf
 
 # What each field a profile may set means (written as a comment beside it).
 FIELD_DOCS = {
-    "corpus": "surrogate corpus standing in for the task's text (code | prose)",
+    "corpus": "surrogate corpus standing in for the task's text (code | pycode | prose)",
     "alpha_easy": "surrogate draft agreement in easy stretches (fitted)",
     "alpha_hard": "... in hard stretches (fitted; paper profiles tie it to alpha_easy^4)",
     "hard_frac": "fraction of positions in hard stretches",
@@ -33,7 +33,10 @@ FIELD_DOCS = {
     "p_shift": "share of mismatches that are 'one token too early' (else the runner-up)",
     "p_copy": "how often the surrogate target copies what followed its last two tokens earlier",
     "vocab": "surrogate vocabulary (pieces of the corpus)",
-    "pieces": "surrogate tokenizer: words (spaces apart) | bpe (words carry their leading space)",
+    "pieces": "surrogate tokenizer: words (spaces apart) | bpe (words carry their leading space) | real (the pair's)",
+    "induction": "match-length copying: P(copy | the last token alone matched earlier) (0: off)",
+    "induction_decay": "... P(copy | L tokens matched) = 1 - (1 - induction) * induction_decay^(L - 1)",
+    "alpha_copy": "draft agreement where the target copies by induction (null: the stretches' agreement)",
     "p_top": "how often the surrogate target takes its n-gram table's top continuation",
     "pos_grain": "the target's varied choices hash the position in blocks of this many tokens",
     "choice_ctx": "... and the last this many tokens (0: all 8 of the tail)",

@@ -73,17 +73,19 @@ def test_lazy_preds_behave_as_a_list():
     assert len(LazyPreds((), [], [], step, predict)) == 1
 
 
-@pytest.mark.parametrize("p_copy", [0.0, 0.5])
-@pytest.mark.parametrize("corpus", ["code", "prose"])
-def test_fast_surrogate_equals_reference(corpus, p_copy):
+@pytest.mark.parametrize("p_copy,induction,alpha_copy", [(0.0, 0.0, None), (0.5, 0.0, None), (0.0, 0.3, 0.7),
+                                                         (0.4, 0.6, None)])
+@pytest.mark.parametrize("corpus", ["code", "pycode", "prose"])
+def test_fast_surrogate_equals_reference(corpus, p_copy, induction, alpha_copy):
     pair = make_pair(MODEL, HW, {"corpus": corpus, "alpha_easy": 0.7, "alpha_hard": 0.3, "p_copy": p_copy,
-                                 "copy_window": 16}, seed=5)
+                                 "copy_window": 16, "induction": induction, "induction_decay": 0.6,
+                                 "alpha_copy": alpha_copy}, seed=5)
     p, q = pair.target.lm, pair.draft.lm
     rng = random.Random(1)
     assert p.predict(p.start()) == p.reference_predict(p.start())  # the empty context: the hashed fallback
     for _ in range(300):
         st, ref = p.start(), p.start()
-        toks = pair.default_prompts(1, rng.randrange(50))[0].ids[: rng.randrange(0, 40 if p_copy else 12)]
+        toks = pair.default_prompts(1, rng.randrange(50))[0].ids[: rng.randrange(0, 40 if p_copy or induction else 12)]
         toks += [rng.randrange(p.vocab_size) for _ in range(rng.randrange(0, 4))]  # unseen contexts too
         for t in toks:
             st, ref = p.step(st, t), p.reference_step(ref, t)
@@ -139,3 +141,71 @@ def test_copying_surrogate_copies_as_often_as_asked():
         hits += c is not None and nxt == c
         st = lm.step(st, nxt)
     assert found == hits == 30  # 5 9 -> 13, then the loop 13 2 5 9 repeats
+
+
+def test_golden_longest_match():
+    from simulators.surrogate import longest_match
+
+    # context 5 6 7 5 6 (window reversed): "5 6" occurred before, followed by 7
+    assert longest_match((6, 5, 7, 6, 5), 16) == (2, 7)
+    # context 1 2 9 2 3 1 2: "1 2" (L=2, followed by 9) beats the more recent "2" alone (followed by 3)
+    assert longest_match((2, 1, 3, 2, 9, 2, 1), 16) == (2, 9)
+    assert longest_match((4, 8, 4, 3), 16) == (1, 8)          # context 3 4 8 4: "4" was followed by 8
+    assert longest_match((4, 8, 3), 16) == (0, -1)            # the last token never occurred before
+    assert longest_match((5, 5, 5, 5), 2) == (2, 5)           # capped at 2 tokens, the most recent occurrence
+    assert longest_match((5,), 16) == (0, -1)
+
+
+def test_induction_copies_by_match_length_whatever_came_before():
+    """Match-length copying (sim.induction): a long match is copied almost surely, a one-token match with about
+    the asked probability, and the decision rests on the matched suffix alone (a garbled earlier token or another
+    position gives the same copy)."""
+    from simulators.surrogate import NGramLM, longest_match
+
+    lm = NGramLM("code", 4096, induction=0.3, induction_decay=0.5)
+    assert lm.induction_p[0] == pytest.approx(0.3) and lm.induction_p[3] == pytest.approx(1 - 0.7 * 0.125)
+    rng = random.Random(3)
+    one = long = one_n = long_n = 0
+    for _ in range(400):
+        span = [rng.randrange(200, 3000) for _ in range(6)]
+        noise = [rng.randrange(3000, 4000) for _ in range(5)]
+        ctx = span + noise + span[:5]                      # the span repeats: a 5-token match, followed by span[5]
+        st_ = lm.start()
+        for t in ctx:
+            st_ = lm.step(st_, t)
+        assert longest_match(st_[2], 16) == (5, span[5])
+        long_n += 1
+        long += lm.predict(st_) == span[5]
+        shifted = lm.start()                               # the same last 5 tokens after other ones, elsewhere
+        for t in [7] * 9 + span + [4001] + span[:5]:
+            shifted = lm.step(shifted, t)
+        assert lm.induced(shifted) == lm.induced(st_)
+        ctx1 = span + noise + [span[0]]                    # a one-token match, followed by span[1]
+        st1 = lm.start()
+        for t in ctx1:
+            st1 = lm.step(st1, t)
+        one_n += 1
+        one += lm.induced(st1) == span[1]
+    assert long / long_n > 0.9
+    assert 0.2 < one / one_n < 0.4
+    assert NGramLM("code", 4096).induced(st_) is None      # off by default
+
+
+def test_draft_agrees_on_copies_as_asked():
+    """alpha_copy: where the target copies by induction the draft agrees with that probability, elsewhere with
+    its stretches' agreement."""
+    pair = make_pair(MODEL, HW, {"induction": 0.5, "induction_decay": 0.5, "alpha_copy": 1.0, "alpha_easy": 0.0,
+                                 "alpha_hard": 0.0}, seed=1)
+    p, q = pair.target.lm, pair.draft.lm
+    copies = others = 0
+    for prompt in pair.default_prompts(20, 4):
+        st_ = p.start()
+        for t in prompt.ids + prompt.ids[:10]:
+            st_ = p.step(st_, t)
+            if p.induced(st_) is not None:
+                copies += 1
+                assert q.predict(st_) == p.predict(st_)
+            else:
+                others += 1
+                assert q.predict(st_) != p.predict(st_)
+    assert copies > 50 and others > 50

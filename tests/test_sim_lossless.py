@@ -45,6 +45,10 @@ def sim_setups(draw):
     sim["choice_ctx"] = draw(st.sampled_from([0, 0, 3]))
     sim["local_frac"] = draw(st.sampled_from([0.0, 0.0, 0.3, 1.0]))
     sim["local_ctx"] = draw(st.sampled_from([1, 2]))
+    sim["induction"] = draw(st.sampled_from([0.0, 0.0, 0.3, 0.9]))
+    sim["induction_decay"] = draw(st.sampled_from([1.0, 0.5]))
+    sim["alpha_copy"] = draw(st.sampled_from([None, 1.0, 0.5]))
+    sim["corpus"] = draw(st.sampled_from(["code", "pycode"]))
     return sim
 
 

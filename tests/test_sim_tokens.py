@@ -87,7 +87,7 @@ def test_bpe_pieces_carry_their_leading_space():
     words = load_corpus("code", 4096).tokenizer
     text = "    def __init__(self, name):\n        self.name = name\n        return None\n"
     assert len(tok.encode(text)) < len(words.encode(text))
-    with pytest.raises(OuroborosError, match="surrogate pieces must be one of words, bpe, got 'x'"):
+    with pytest.raises(OuroborosError, match="surrogate pieces must be one of words, bpe, real; got .x."):
         make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), {"pieces": "x"})
 
 
