@@ -43,6 +43,9 @@ from simulators.replay import load_trace, trace_prompts
 
 FIT_KEYS = ("eta", "c", "match")  # + every hit rate, + speculative's per-position acceptance
 FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.py) and the values tried
+    ("induction", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6)),   # match-length copying (the real pair copies its prompt)
+    ("induction_decay", (1.0, 0.8, 0.6, 0.4, 0.2)),
+    ("alpha_copy", (None, 0.9, 0.95, 1.0)),           # the draft's agreement on copies
     ("alpha_easy", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.96, 0.98)),
     ("alpha_hard", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9)),
     ("hard_frac", (0.1, 0.25, 0.4, 0.6)),
@@ -54,7 +57,7 @@ FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.
     ("local_frac", (0.0, 0.1, 0.2, 0.3, 0.4)),  # contexts its last local_ctx tokens alone decide (Jacobi guesses)
     ("local_ctx", (1, 2, 3)),
     ("vocab", (4096, 8192)),
-    ("pieces", ("words", "bpe")),  # a larger surrogate vocabulary (8192: all 6,397 pieces of the code corpus)
+    ("pieces", ("words", "bpe", "real")),  # real: the pair's own tokenizer (vocab then unused)
 )
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
 SIM_SEEDS = 3                    # the simulated side pools its prompt results over this many surrogate seeds: a
@@ -192,9 +195,19 @@ def mapped_params(run: RealRun, map_id) -> dict[str, Any]:
     return params
 
 
+_MAPPED: dict[tuple[str, Any], str] = {}  # (datastore path, id map) -> its mapped copy, once per process
+
+
 def mapped_datastore(path: str, map_id) -> str:
     """A REST datastore file with its documents mapped token by token (separators kept); the mapped copy is keyed
     by a digest of the mapping of every token id it holds, so another surrogate vocabulary gets its own file."""
+    key = (os.path.abspath(path), map_id)
+    if key not in _MAPPED:
+        _MAPPED[key] = _mapped_datastore(path, map_id)
+    return _MAPPED[key]
+
+
+def _mapped_datastore(path: str, map_id) -> str:
     import hashlib
 
     import numpy as np
@@ -292,36 +305,80 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------------------------------- the fit
+def fit_error(real: dict[str, RealRun], fit_real: dict[str, dict[str, float]], opts: dict[str, Any], mapper,
+              seeds: int) -> float:
+    """The fit's objective on the fit prompts: the summed squared relative errors (floor 0.1) of every run's eta,
+    c, #Match and hit rates, plus speculative's per-position acceptance."""
+    e = 0.0
+    for label, run in real.items():
+        r = fit_real[label]
+        s = stats(sim_pooled(run, split(len(run.results))[0], opts, mapper, seeds))
+        keys = [k for k in r if k in FIT_KEYS or k.startswith("hit:")]
+        if run.name == "speculative":
+            keys += [k for k in r if k.startswith("pos")]
+        e += sum((s.get(k, 0.0) - r[k]) ** 2 / max(r[k], 0.1) ** 2 for k in keys)
+    return e
+
+
+def has_real_tokenizer(model: str, tokenizer: str | None = None) -> bool:
+    """Whether `sim.pieces=real` can run for this pair here (its tokenizer fetched, or given)."""
+    from simulators.tokens import real_tokenizer_dir
+
+    try:
+        real_tokenizer_dir({"tokenizer": tokenizer}, load_conf("model", model))
+    except OuroborosError:
+        return False
+    return True
+
+
+_WORKER: dict[str, Any] = {}  # what a forked fit worker evaluates against (set before the pool forks)
+
+
+def _worker_error(opts: dict[str, Any]) -> float:
+    w = _WORKER
+    return fit_error(w["real"], w["fit_real"], opts, w["mapper"], w["seeds"])
+
+
 def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = None, out=print,
-                rounds: int = 3, seeds: int = SIM_SEEDS, near: int = 0) -> dict[str, Any]:
+                rounds: int = 3, seeds: int = SIM_SEEDS, near: int = 0, jobs: int = 1,
+                model: str = "qwen_coder") -> dict[str, Any]:
     """Coordinate search of the surrogate's knobs on the FIT prompts only (even positions): each knob in turn takes
-    the grid value minimising the summed squared relative error of every run's target statistics (FIT_KEYS:
-    eta, c, #Match, hit rates) plus speculative's per-position acceptance; `rounds` passes (the knobs interact).
-    near > 0: a knob whose current value is on its grid tries only the values within `near` grid steps of it (a
-    refit from a stored profile). Returns sim options."""
+    the grid value minimising `fit_error`; `rounds` passes (the knobs interact). near > 0: a knob whose current
+    value is on its grid tries only the values within `near` grid steps of it (a refit from a stored profile).
+    jobs > 1: a knob's grid values are evaluated in that many forked processes (same result). Returns sim options."""
     opts: dict[str, Any] = {"corpus": "code", **(base or {})}
     fit_real = {label: stats([run.results[i] for i in split(len(run.results))[0]]) for label, run in real.items()}
+    grids = dict(FIT_GRID)
+    if not has_real_tokenizer(model, opts.get("tokenizer")):
+        grids["pieces"] = tuple(v for v in grids["pieces"] if v != "real")
+        out(f"fit: pieces=real not tried (no tokenizer of {model} here: `python -m ouroboros.fetch` it, or "
+            "sim.tokenizer=<dir>)")
+    pool = None
+    if jobs > 1:
+        import multiprocessing
 
-    def err_of(o: dict[str, Any]) -> float:
-        e = 0.0
-        for label, run in real.items():
-            r = fit_real[label]
-            s = stats(sim_pooled(run, split(len(run.results))[0], o, mapper, seeds))
-            keys = [k for k in r if k in FIT_KEYS or k.startswith("hit:")]
-            if run.name == "speculative":
-                keys += [k for k in r if k.startswith("pos")]
-            e += sum((s.get(k, 0.0) - r[k]) ** 2 / max(r[k], 0.1) ** 2 for k in keys)
-        return e
-
-    for _ in range(rounds):
-        for knob, full in FIT_GRID:
-            grid: tuple[Any, ...] = full
-            if near and opts.get(knob) in full:
-                i = full.index(opts[knob])
-                grid = full[max(0, i - near): i + near + 1]
-            errs = {v: err_of({**opts, knob: v}) for v in grid}
-            opts[knob] = min(errs, key=errs.__getitem__)
-            out(f"fit {knob} = {opts[knob]} (error {errs[opts[knob]]:.4f})")
+        _WORKER.update(real=real, fit_real=fit_real, mapper=mapper, seeds=seeds)
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+    try:
+        for _ in range(rounds):
+            for knob, full in grids.items():
+                grid: tuple[Any, ...] = full
+                if near and opts.get(knob) in full:
+                    i = full.index(opts[knob])
+                    grid = full[max(0, i - near): i + near + 1]
+                cands = [{**opts, knob: v} for v in grid]
+                if pool is not None:
+                    values = pool.map(_worker_error, cands, chunksize=1)
+                else:
+                    values = [fit_error(real, fit_real, o, mapper, seeds) for o in cands]
+                errs = dict(zip(grid, values, strict=True))
+                opts[knob] = min(errs, key=errs.__getitem__)
+                out(f"fit {knob} = {opts[knob]} (error {errs[opts[knob]]:.4f})")
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+        _WORKER.clear()
     return opts
 
 
@@ -338,6 +395,7 @@ def add_args(ap) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="passes of the coordinate search (>= 1)")
     ap.add_argument("--near", type=int, default=0, help="each knob tries only grid values within this many steps "
                                                         "of its current one (0: the whole grid)")
+    ap.add_argument("--jobs", type=int, default=1, help="processes evaluating a knob's grid values at once (>= 1)")
 
 
 def calibrate_main(a) -> int:
@@ -350,6 +408,8 @@ def calibrate_main(a) -> int:
         raise OuroborosError(f"--rounds must be >= 1, got {a.rounds}")
     if a.near < 0:
         raise OuroborosError(f"--near must be >= 0, got {a.near}")
+    if a.jobs < 1:
+        raise OuroborosError(f"--jobs must be >= 1, got {a.jobs}")
     base: dict[str, Any] = {}
     start_fit: dict[str, Any] | None = None
     if a.start:
@@ -363,7 +423,7 @@ def calibrate_main(a) -> int:
     for line in unrecorded_notes(real):
         print(line)
     mapper = id_mapper(a.model, a.tokenizer)
-    opts = fit_profile(real, mapper, base, rounds=a.rounds, near=a.near)
+    opts = fit_profile(real, mapper, base, rounds=a.rounds, near=a.near, jobs=a.jobs, model=a.model)
     n = len(next(iter(real.values())).results)
     fields: dict[str, Any] = {"pair": a.model}
     fields.update((k, opts[k]) for k in ("corpus", *(knob for knob, _ in FIT_GRID)) if k in opts)

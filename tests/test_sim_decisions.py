@@ -69,7 +69,8 @@ def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
 def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
-                        tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=3, near=0)
+                        tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=3, near=0,
+                        jobs=1)
     assert decisions.calibrate_main(a) == 0
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
     assert prof["pair"] == "qwen_coder" and prof["fit"]["inputs"]["prompts"] == 4
@@ -93,7 +94,7 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(decisions, "fit_profile", fake_fit)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
                         tokenizer=None, out_dir=str(tmp_path), corpus=None, start="qwen_coder_humaneval", rounds=1,
-                        near=1)
+                        near=1, jobs=1)
     assert decisions.calibrate_main(a) == 0
     start = yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval.yaml").read_text())
     assert seen["rounds"] == 1 and seen["near"] == 1 and seen["base"]["corpus"] == "code"
@@ -103,6 +104,7 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
     assert prof["fit"]["start"] == {"profile": "qwen_coder_humaneval", "command": start["fit"]["command"],
                                     "commit": start["fit"]["commit"]}
     for bad, msg in (({"rounds": 0}, "--rounds must be >= 1, got 0"), ({"near": -1}, "--near must be >= 0, got -1"),
+                     ({"jobs": 0}, "--jobs must be >= 1, got 0"),
                      ({"start": "nope"}, "unknown sim profile 'nope'")):
         with pytest.raises(OuroborosError, match=msg):
             decisions.calibrate_main(SimpleNamespace(**{**vars(a), "dir": str(tmp_path / "none"), **bad}))
