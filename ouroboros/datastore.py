@@ -23,7 +23,7 @@ This module knows nothing of drafts' verification, models or tokenizers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,6 +59,7 @@ def suffix_array(x: np.ndarray) -> np.ndarray:
 class Datastore:
     tokens: np.ndarray   # int32 [n]: documents joined by SEP
     sa_rev: np.ndarray   # int64 [n]: suffix array of tokens[::-1]
+    _pad: np.ndarray | None = field(default=None, repr=False, compare=False)  # tokens + SEP padding (lazy)
 
     @classmethod
     def build(cls, docs: list[list[int]]) -> Datastore:
@@ -140,42 +141,69 @@ class Datastore:
         rev_pos = self.sa_rev[lo: min(hi, lo + max_occurrences)]
         starts = n - rev_pos  # occurrence ends at n-1-rev_pos in the forward corpus; continuation starts after
         idx = starts[:, None] + np.arange(depth)[None, :]  # [k, depth]
-        padded = np.concatenate((self.tokens, np.full(depth, SEP, dtype=np.int32)))
-        conts = padded[np.minimum(idx, n + depth - 1)]  # [k, depth]
-        out = []
-        for row in conts.tolist():
-            cut = row.index(SEP) if SEP in row else depth
-            if cut:
-                out.append(row[:cut])
-        return out
+        conts = self._padded(depth)[idx]  # [k, depth]; past the end reads the separator padding
+        is_sep = conts == SEP
+        cuts = np.where(is_sep.any(axis=1), is_sep.argmax(axis=1), depth).tolist()  # [k]: tokens before a SEP
+        return [row[:cut] for row, cut in zip(conts.tolist(), cuts, strict=True) if cut]
+
+    def _padded(self, depth: int) -> np.ndarray:
+        """The corpus followed by at least `depth` separators (kept: one copy per datastore, not per lookup)."""
+        pad = self._pad
+        if pad is None or len(pad) - len(self.tokens) < depth:
+            pad = self._pad = np.concatenate((self.tokens, np.full(max(depth, 64), SEP, dtype=np.int32)))
+        return pad
 
 
 def continuation_tree(conts: list[list[int]], num_nodes: int) -> tuple[list[int], list[int]]:
     """Count trie of `conts`, keep the `num_nodes` most frequent nodes (ties: shallower, then first seen;
     ancestors always outrank descendants so the kept set is a tree), emit depth-first with the most frequent
-    child first. Returns (tokens, parents) in emission order (parents precede children)."""
-    counts: dict[tuple[int, ...], int] = {}
-    order: dict[tuple[int, ...], int] = {}
+    child first. Returns (tokens, parents) in emission order (parents precede children).
+
+    The kept nodes are found best-first from the root (a heap of the frontier): as every node ranks below its
+    ancestors, the first num_nodes popped are exactly the num_nodes best of the whole trie, in rank order."""
+    import heapq
+
+    count: list[int] = []   # per trie node, indexed in first-seen order
+    depth: list[int] = []
+    token: list[int] = []
+    kids: dict[int, list[int]] = {}  # parent node (-1: the root) -> children, in first-seen order
+    index: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
+    get = index.get
+    rows: dict[tuple[int, ...], int] = {}  # identical rows walk the trie once (first-seen order is kept)
     for row in conts:
-        for d in range(1, len(row) + 1):
-            key = tuple(row[:d])
-            if key not in counts:
-                counts[key] = 0
-                order[key] = len(order)
-            counts[key] += 1
-    kept = sorted(counts, key=lambda k: (-counts[k], len(k), order[k]))[:max(num_nodes, 0)]
-    kept_set = set(kept)
-    children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    for k in kept:  # already sorted by (-count, depth, first seen): the children lists inherit that order
-        children.setdefault(k[:-1], []).append(k)
+        key = tuple(row)
+        rows[key] = rows.get(key, 0) + 1
+    for row, mult in rows.items():
+        p = -1
+        for d, t in enumerate(row, 1):
+            i = get((p, t))
+            if i is None:
+                i = index[(p, t)] = len(count)
+                count.append(0)
+                depth.append(d)
+                token.append(t)
+                kids.setdefault(p, []).append(i)
+            count[i] += mult
+            p = i
+    heap = [(-count[i], depth[i], i) for i in kids.get(-1, [])]
+    heapq.heapify(heap)
+    kept: list[int] = []
+    while heap and len(kept) < num_nodes:
+        i = heapq.heappop(heap)[2]
+        kept.append(i)
+        for c in kids.get(i, ()):
+            heapq.heappush(heap, (-count[c], depth[c], c))
+    children: dict[int, list[int]] = {}
+    parent_of = {c: p for p, cs in kids.items() for c in cs} if kept else {}
+    for i in kept:  # in rank order: the children lists inherit it
+        children.setdefault(parent_of[i], []).append(i)
     tokens: list[int] = []
     parents: list[int] = []
-    stack: list[tuple[tuple[int, ...], int]] = [(c, -1) for c in reversed(children.get((), []))]
+    stack: list[tuple[int, int]] = [(c, -1) for c in reversed(children.get(-1, []))]
     while stack:
-        k, parent = stack.pop()
-        assert k in kept_set
-        tokens.append(k[-1])
+        i, parent = stack.pop()
+        tokens.append(token[i])
         parents.append(parent)
         me = len(tokens) - 1
-        stack.extend((c, me) for c in reversed(children.get(k, [])))
+        stack.extend((c, me) for c in reversed(children.get(i, [])))
     return tokens, parents
