@@ -45,6 +45,7 @@ FIT_KEYS = ("eta", "c", "match")  # + every hit rate, + speculative's per-positi
 FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.py) and the values tried
     ("induction", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6)),   # match-length copying (the real pair copies its prompt)
     ("induction_decay", (1.0, 0.8, 0.6, 0.4, 0.2)),
+    ("surprise_copy", (1.0, 0.75, 0.5, 0.3)),        # less copying right after a token the target would not write
     ("alpha_copy", (None, 0.9, 0.95, 1.0)),           # the draft's agreement on copies
     ("alpha_easy", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.96, 0.98)),
     ("alpha_hard", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.75, 0.9)),

@@ -40,6 +40,7 @@ SIM_DEFAULTS: dict[str, Any] = {
     "copy_window": 256,           # how far back it copies from (tokens)
     "induction": 0.0,             # match-length copying (0: off): P(copy | the last token alone matched earlier)
     "induction_decay": 1.0,       # ... P(copy | L matched) = 1 - (1 - induction) * induction_decay^(L - 1)
+    "surprise_copy": 1.0,         # ... times this right after a token the target would not have written (1: off)
     "pos_grain": 1,               # its varied choices depend on the position in blocks of this many tokens
     "choice_ctx": 0,              # ... and on this many last tokens (0: all tail_len = 8)
     "local_frac": 0.0,            # share of contexts whose next token the last `local_ctx` tokens alone decide
@@ -179,7 +180,8 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
                      p_copy=float(opts["p_copy"]), copy_window=int(opts["copy_window"]), pieces=str(opts["pieces"]),
                      pos_grain=int(opts["pos_grain"]), choice_ctx=int(opts["choice_ctx"]),
                      local_frac=float(opts["local_frac"]), local_ctx=int(opts["local_ctx"]), tokenizer_dir=real_dir,
-                     induction=float(opts["induction"]), induction_decay=float(opts["induction_decay"]))
+                     induction=float(opts["induction"]), induction_decay=float(opts["induction_decay"]),
+                     surprise_copy=float(opts["surprise_copy"]))
         q: Any
         if kind == "iid":
             q = IIDDraftLM(lm, float(opts["alpha"]), seed=seed + 1)

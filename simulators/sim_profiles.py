@@ -36,6 +36,7 @@ FIELD_DOCS = {
     "pieces": "surrogate tokenizer: words (spaces apart) | bpe (words carry their leading space) | real (the pair's)",
     "induction": "match-length copying: P(copy | the last token alone matched earlier) (0: off)",
     "induction_decay": "... P(copy | L tokens matched) = 1 - (1 - induction) * induction_decay^(L - 1)",
+    "surprise_copy": "... scaled by 1 - (1 - surprise_copy) / 2^k, k steps after a token the target would not write",
     "alpha_copy": "draft agreement where the target copies by induction (null: the stretches' agreement)",
     "p_top": "how often the surrogate target takes its n-gram table's top continuation",
     "pos_grain": "the target's varied choices hash the position in blocks of this many tokens",
@@ -78,6 +79,7 @@ def profile_text(title: str, fields: dict[str, Any], fit: dict[str, Any]) -> str
 def write_profile(name: str, title: str, fields: dict[str, Any], fit: dict[str, Any], out_dir: Path | None = None
                   ) -> Path:
     path = (out_dir or conf_root() / "sim") / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(profile_text(title, fields, fit), encoding="utf-8")
     return path
 

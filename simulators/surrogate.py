@@ -235,6 +235,7 @@ def ngram_table(kind: str, vocab_size: int, order: int, top: int, style: str = "
 
 
 INDUCTION_MAX = 16  # longest suffix match match-length copying looks for (tokens)
+SURPRISE_MAX = 4    # steps after a token the target would not have written at which copying counts as recovered
 
 
 def longest_match(window: tuple[int, ...], cap: int) -> tuple[int, int]:
@@ -274,13 +275,16 @@ class NGramLM:
     probability p(L) = 1 - (1 - induction) * induction_decay^(L - 1), decided by a hash of the matched suffix
     alone (not the position): a real LM copies after a single matching token sometimes and almost surely once a
     long span matches (measured on the real pair: docs/simulator-fidelity.md), and it copies the same way when
-    earlier tokens are garbled (lookahead's Jacobi cells), where the fixed two-token `p_copy` rarely fires."""
+    earlier tokens are garbled (lookahead's Jacobi cells), where the fixed two-token `p_copy` rarely fires.
+    `surprise_copy` < 1: right after a token the target would not have written itself (a draft's wrong guess, a
+    Jacobi cell) it copies less, p(L) * (1 - (1 - surprise_copy) / 2^k) k steps later: the real pair's target
+    copied about half as often right after such a token as on its own text (docs/simulator-fidelity.md)."""
 
     def __init__(self, corpus: str = "code", vocab_size: int = 4096, order: int = 4, tail_len: int = 8,
                  p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256,
                  pieces: str = "words", pos_grain: int = 1, choice_ctx: int = 0, local_frac: float = 0.0,
                  local_ctx: int = 1, tokenizer_dir: str | None = None, induction: float = 0.0,
-                 induction_decay: float = 1.0):
+                 induction_decay: float = 1.0, surprise_copy: float = 1.0):
         if not 1 <= order <= tail_len:
             raise OuroborosError(f"surrogate needs 1 <= order <= tail_len, got {order}, {tail_len}")
         if not 0 <= p_top <= 1:
@@ -301,11 +305,18 @@ class NGramLM:
             raise OuroborosError(f"surrogate induction must be in [0, 1), got {induction}")
         if not 0 <= induction_decay <= 1:
             raise OuroborosError(f"surrogate induction_decay must be in [0, 1], got {induction_decay}")
+        if not 0 <= surprise_copy <= 1:
+            raise OuroborosError(f"surrogate surprise_copy must be in [0, 1], got {surprise_copy}")
         self.p_copy, self.copy_window, self.pos_grain = p_copy, copy_window, pos_grain
         self.induction, self.induction_decay = induction, induction_decay
         # p(L) for L = 1..INDUCTION_MAX: the chance that a suffix match of L tokens is copied
         self.induction_p = tuple(1 - (1 - induction) * induction_decay ** (n - 1) for n in range(1, INDUCTION_MAX + 1))
         self.windowed = bool(p_copy or induction)  # states carry the reversed window
+        # surprise_copy < 1 (with induction): states also carry k = steps since the last token the target would not
+        # have written itself (capped at SURPRISE_MAX), and copying is scaled by 1 - (1 - surprise_copy) / 2^k
+        self.surprised = bool(induction) and surprise_copy < 1
+        self.surprise_copy = surprise_copy
+        self.surprise_s = tuple(1 - (1 - surprise_copy) / 2**k for k in range(SURPRISE_MAX + 1))
         self.local_frac, self.local_ctx = local_frac, local_ctx
         self.choice_ctx = choice_ctx or tail_len
         if pieces != "real":
@@ -322,11 +333,16 @@ class NGramLM:
         self.predict: Callable[[State], int] = self._fast_predict()
 
     def start(self) -> State:
+        if self.surprised:
+            return (0, (), (), SURPRISE_MAX)
         return (0, (), ()) if self.windowed else (0, ())
 
     def reference_step(self, state: State, token: int) -> State:
         tail = state[1] + (token,)
         out = (state[0] + 1, tail[-self.tail_len:] if len(tail) > self.tail_len else tail)
+        if self.surprised:
+            k = 0 if token != self.reference_predict(state) else min(state[3] + 1, SURPRISE_MAX)
+            return out + (((token,) + state[2])[: self.copy_window], k)
         if self.windowed:
             return out + (((token,) + state[2])[: self.copy_window],)
         return out
@@ -339,7 +355,8 @@ class NGramLM:
         n, tok = longest_match(state[2], INDUCTION_MAX)
         if not n or tok >= self.plain_vocab:
             return None
-        if uniform(hash((state[2][:n], self.seed, 19))) < self.induction_p[n - 1]:
+        p = self.induction_p[n - 1] * (self.surprise_s[state[3]] if self.surprised else 1.0)
+        if uniform(hash((state[2][:n], self.seed, 19))) < p:
             return tok
         return None
 
@@ -409,6 +426,14 @@ class NGramLM:
         def step_copy(state: State, token: int) -> State:
             return (state[0] + 1, (state[1] + (token,))[cut:], ((token,) + state[2])[:win])
 
+        if self.surprised:
+            top = SURPRISE_MAX
+
+            def step_surprise(state: State, token: int) -> State:
+                k = 0 if token != self.predict(state) else min(state[3] + 1, top)
+                return (state[0] + 1, (state[1] + (token,))[cut:], ((token,) + state[2])[:win], k)
+
+            return step_surprise
         return step_copy if self.windowed else step
 
     def _fast_predict(self) -> Callable[[State], int]:

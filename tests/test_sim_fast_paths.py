@@ -73,13 +73,14 @@ def test_lazy_preds_behave_as_a_list():
     assert len(LazyPreds((), [], [], step, predict)) == 1
 
 
-@pytest.mark.parametrize("p_copy,induction,alpha_copy", [(0.0, 0.0, None), (0.5, 0.0, None), (0.0, 0.3, 0.7),
-                                                         (0.4, 0.6, None)])
+@pytest.mark.parametrize("p_copy,induction,alpha_copy,surprise", [(0.0, 0.0, None, 1.0), (0.5, 0.0, None, 1.0),
+                                                                  (0.0, 0.3, 0.7, 1.0), (0.4, 0.6, None, 0.5),
+                                                                  (0.0, 0.3, 0.9, 0.3)])
 @pytest.mark.parametrize("corpus", ["code", "pycode", "prose"])
-def test_fast_surrogate_equals_reference(corpus, p_copy, induction, alpha_copy):
+def test_fast_surrogate_equals_reference(corpus, p_copy, induction, alpha_copy, surprise):
     pair = make_pair(MODEL, HW, {"corpus": corpus, "alpha_easy": 0.7, "alpha_hard": 0.3, "p_copy": p_copy,
                                  "copy_window": 16, "induction": induction, "induction_decay": 0.6,
-                                 "alpha_copy": alpha_copy}, seed=5)
+                                 "alpha_copy": alpha_copy, "surprise_copy": surprise}, seed=5)
     p, q = pair.target.lm, pair.draft.lm
     rng = random.Random(1)
     assert p.predict(p.start()) == p.reference_predict(p.start())  # the empty context: the hashed fallback
@@ -209,3 +210,28 @@ def test_draft_agrees_on_copies_as_asked():
                 others += 1
                 assert q.predict(st_) != p.predict(st_)
     assert copies > 50 and others > 50
+
+
+def test_copying_is_weaker_right_after_a_token_the_target_would_not_write():
+    """surprise_copy: the same repeated span is copied less often when the token before the match was not the
+    target's own choice (k = 0) than when the context is the target's own text (k = SURPRISE_MAX)."""
+    from simulators.surrogate import SURPRISE_MAX, NGramLM, longest_match
+
+    lm = NGramLM("code", 4096, induction=0.3, induction_decay=0.6, surprise_copy=0.2)
+    assert lm.surprise_s[0] == pytest.approx(0.2) and lm.surprise_s[SURPRISE_MAX] == pytest.approx(1 - 0.8 / 16)
+    st_ = lm.start()
+    for t in lm.prompts(1, 3)[0]:
+        st_ = lm.step(st_, t)
+    own = lm.predict(st_)
+    assert lm.step(st_, own)[3] == min(st_[3] + 1, SURPRISE_MAX)
+    other = (own % (lm.plain_vocab - 1)) + 1
+    assert lm.step(st_, other)[3] == 0
+    rng = random.Random(5)
+    counts = {0: 0, SURPRISE_MAX: 0}
+    for _ in range(300):
+        span = tuple(rng.randrange(200, 3000) for _ in range(3))
+        window = tuple(reversed(span + (7, 8, 9) + span[:2]))  # the context: span, 7 8 9, span[:2]
+        assert longest_match(window, 16) == (2, span[2])
+        for k in counts:
+            counts[k] += lm.induced((40, window[:8][::-1], window, k)) == span[2]
+    assert counts[SURPRISE_MAX] > 120 and counts[0] < 0.5 * counts[SURPRISE_MAX]

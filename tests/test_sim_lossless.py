@@ -48,6 +48,7 @@ def sim_setups(draw):
     sim["induction"] = draw(st.sampled_from([0.0, 0.0, 0.3, 0.9]))
     sim["induction_decay"] = draw(st.sampled_from([1.0, 0.5]))
     sim["alpha_copy"] = draw(st.sampled_from([None, 1.0, 0.5]))
+    sim["surprise_copy"] = draw(st.sampled_from([1.0, 0.4]))
     sim["corpus"] = draw(st.sampled_from(["code", "pycode"]))
     return sim
 
