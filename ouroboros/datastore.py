@@ -173,9 +173,9 @@ def continuation_tree(conts: list[list[int]], num_nodes: int) -> tuple[list[int]
     for row in conts:
         key = tuple(row)
         rows[key] = rows.get(key, 0) + 1
-    for row, mult in rows.items():
+    for uniq, mult in rows.items():
         p = -1
-        for d, t in enumerate(row, 1):
+        for d, t in enumerate(uniq, 1):
             i = get((p, t))
             if i is None:
                 i = index[(p, t)] = len(count)
