@@ -470,4 +470,19 @@ def validate_main(root: str, sim: str | None, model: str = "qwen_coder", tokeniz
     sc = score(rows)
     out(f"within target (eta, c 10%; #Match, hit rates 15%): {sc['ok']}/{sc['all']}; misses: "
         + (", ".join(sc["misses"]) or "none"))
-    return {"rows": rows, "score": sc}
+    ref = score(sampling_rows(real))
+    out(f"prompt-sampling reference: the fit prompts' own REAL statistics taken as the prediction of the held-out "
+        f"ones: {ref['ok']}/{ref['all']} within target (what any predictor fitted to those prompts alone can expect "
+        "when the prompt sets differ); misses: " + (", ".join(ref["misses"]) or "none"))
+    return {"rows": rows, "score": sc, "sampling": ref}
+
+
+def sampling_rows(real: dict[str, RealRun]) -> list[dict[str, Any]]:
+    """compare()'s rows with the fit prompts' real statistics in the simulator's place: how far apart the two
+    prompt sets' real statistics are (a prompt-agnostic predictor fitted on one set predicts, at best, that set)."""
+    rows = []
+    for label, run in real.items():
+        fit_pos, eval_pos = split(len(run.results))
+        rows.append({"run": label, "prompts": len(eval_pos), "real": stats([run.results[i] for i in eval_pos]),
+                     "sim": stats([run.results[i] for i in fit_pos])})
+    return rows

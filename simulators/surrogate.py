@@ -277,8 +277,9 @@ class NGramLM:
     long span matches (measured on the real pair: docs/simulator-fidelity.md), and it copies the same way when
     earlier tokens are garbled (lookahead's Jacobi cells), where the fixed two-token `p_copy` rarely fires.
     `surprise_copy` < 1: right after a token the target would not have written itself (a draft's wrong guess, a
-    Jacobi cell) it copies less, p(L) * (1 - (1 - surprise_copy) / 2^k) k steps later: the real pair's target
-    copied about half as often right after such a token as on its own text (docs/simulator-fidelity.md)."""
+    Jacobi cell) it copies a match of L >= 2 tokens less, p(L) * (1 - (1 - surprise_copy) / 2^k) k steps later:
+    the real pair's target copied such matches about half as often right after such a token as on its own text,
+    and a lone matching token no less (docs/simulator-fidelity.md)."""
 
     def __init__(self, corpus: str = "code", vocab_size: int = 4096, order: int = 4, tail_len: int = 8,
                  p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256,
@@ -355,7 +356,9 @@ class NGramLM:
         n, tok = longest_match(state[2], INDUCTION_MAX)
         if not n or tok >= self.plain_vocab:
             return None
-        p = self.induction_p[n - 1] * (self.surprise_s[state[3]] if self.surprised else 1.0)
+        p = self.induction_p[n - 1]
+        if self.surprised and n > 1:  # a lone surprising token is still continued as it was before
+            p *= self.surprise_s[state[3]]
         if uniform(hash((state[2][:n], self.seed, 19))) < p:
             return tok
         return None

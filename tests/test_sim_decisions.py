@@ -166,3 +166,17 @@ def test_rest_runs_on_the_simulated_side(recorded):
     rest = decisions.RealRun("rest", "rest", {"corpus": corpus}, sps.budget, sps.results, sps.prompts, sps.groups)
     st = decisions.stats(decisions.sim_pooled(rest, [0, 1], {}, mapper, seeds=2))
     assert st["eta"] >= 1.0 and 0 <= st["hit:pool"] <= 1
+
+
+def test_prompt_sampling_reference_compares_the_two_real_prompt_sets(recorded):
+    """The reference `validate decisions` prints beside its score: the fit prompts' real statistics in the
+    simulator's place, so it is exact when both prompt sets are the same and counts the cells the two sets differ on."""
+    real = decisions.load_real(str(recorded))
+    rows = decisions.sampling_rows(real)
+    sps = real["speculative:gamma=3"]
+    row = next(r for r in rows if r["run"] == "speculative:gamma=3")
+    assert row["real"] == decisions.stats([sps.results[i] for i in (1, 3)])
+    assert row["sim"] == decisions.stats([sps.results[i] for i in (0, 2)])
+    same = [{**r, "sim": r["real"]} for r in rows]
+    sc = decisions.score(same)
+    assert sc["ok"] == sc["all"] > 0
