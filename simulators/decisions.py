@@ -43,6 +43,8 @@ from simulators.replay import load_trace, trace_prompts
 
 FIT_KEYS = ("eta", "c", "match")  # + every hit rate, + speculative's per-position acceptance
 FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.py) and the values tried
+    ("corpus", ("pycode", "prose")),  # the text kind (a real instruct model explains in prose, then codes); "code"
+                                      # (stdlib top-level modules) is not tried: REST's stdlib datastore holds it
     ("induction", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6)),   # match-length copying (the real pair copies its prompt)
     ("induction_decay", (1.0, 0.8, 0.6, 0.4, 0.2)),
     ("surprise_copy", (1.0, 0.75, 0.5, 0.3)),        # less copying right after a token the target would not write
@@ -347,7 +349,7 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
     the grid value minimising `fit_error`; `rounds` passes (the knobs interact). near > 0: a knob whose current
     value is on its grid tries only the values within `near` grid steps of it (a refit from a stored profile).
     jobs > 1: a knob's grid values are evaluated in that many forked processes (same result). Returns sim options."""
-    opts: dict[str, Any] = {"corpus": "code", **(base or {})}
+    opts: dict[str, Any] = {"corpus": "pycode", **(base or {})}
     fit_real = {label: stats([run.results[i] for i in split(len(run.results))[0]]) for label, run in real.items()}
     grids = dict(FIT_GRID)
     if not has_real_tokenizer(model, opts.get("tokenizer")):
@@ -389,7 +391,8 @@ def add_args(ap) -> None:
     ap.add_argument("--model", default="qwen_coder", help="the real pair (conf/model/<name>.yaml)")
     ap.add_argument("--task", default="humaneval")
     ap.add_argument("--corpus", default=None, choices=["code", "pycode", "prose"],
-                    help="the surrogate corpus (default: code for humaneval / mbpp, else prose)")
+                    help="the surrogate corpus the search starts from (default: pycode for humaneval / mbpp, else "
+                         "prose; the fit then tries pycode and prose)")
     ap.add_argument("--tokenizer", default=None, help="the pair's tokenizer directory (default: the fetched one)")
     ap.add_argument("--start", default=None, help="start the search from this profile's knobs (conf/sim/<name>.yaml; "
                                                   "default: the surrogate's defaults)")
@@ -416,10 +419,10 @@ def calibrate_main(a) -> int:
     if a.start:
         check_profile_name(a.start)
         start = load_profile(a.start)
-        base = {k: start[k] for k in ("corpus", *(knob for knob, _ in FIT_GRID)) if k in start}
+        base = {k: start[k] for k in (knob for knob, _ in FIT_GRID) if k in start}
         earlier = start.get("fit") or {}
         start_fit = {"profile": a.start, **{k: earlier[k] for k in ("command", "commit") if k in earlier}}
-    base["corpus"] = a.corpus or base.get("corpus") or ("code" if a.task in ("humaneval", "mbpp") else "prose")
+    base["corpus"] = a.corpus or base.get("corpus") or ("pycode" if a.task in ("humaneval", "mbpp") else "prose")
     real = load_real(a.dir, a.model)
     for line in unrecorded_notes(real):
         print(line)
@@ -427,7 +430,7 @@ def calibrate_main(a) -> int:
     opts = fit_profile(real, mapper, base, rounds=a.rounds, near=a.near, jobs=a.jobs, model=a.model)
     n = len(next(iter(real.values())).results)
     fields: dict[str, Any] = {"pair": a.model}
-    fields.update((k, opts[k]) for k in ("corpus", *(knob for knob, _ in FIT_GRID)) if k in opts)
+    fields.update((k, opts[k]) for k in (knob for knob, _ in FIT_GRID) if k in opts)
     fields["prompt_tokens"] = "tokenizer"
     fit = {"pair": a.model, "task": a.task,
            "inputs": {"recorded_runs": sorted(r.replace(str(Path.home()), "~") for r in real), "prompts": n,
