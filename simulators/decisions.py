@@ -127,12 +127,15 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
 
 def unrecorded_notes(real: dict[str, RealRun]) -> list[str]:
     """One line per run whose replay asked contexts the recording never saw, though its outputs are the real ones.
-    Cause: in bf16 a real model can answer one context two ways in forwards of different shapes (a near-tie); the
-    trace keeps one answer per context, so the replay takes the other branch there (of a draft's lookahead, or of
-    tree nodes off the committed path). That run's statistics are the replay's, approximate on those prompts."""
+    Cause: in bf16 a real model can answer one context two ways in forwards of different shapes (a near-tie). A
+    trace keeps each such context's answers per forward (replay.Recorder), so its replay is exact; a trace
+    recorded before that keeps the last answer only, the replay takes the other branch there and, through a pool
+    carried from prompt to prompt (Ouroboros), drafts differently on every later prompt. That run's statistics
+    are then the replay's, approximate on those prompts: re-record it."""
     return [f"note: {run.label}: {sum(run.unrecorded.values())} contexts not in the trace on prompt(s) "
-            f"{', '.join(run.unrecorded)} (outputs identical; bf16 near-ties answered two ways by the real pair), "
-            "its statistics there are the replay's" for run in real.values() if run.unrecorded]
+            f"{', '.join(run.unrecorded)} (outputs identical; a bf16 near-tie recorded with one answer only: "
+            "re-record with this version), its statistics there are the replay's"
+            for run in real.values() if run.unrecorded]
 
 
 def stats(results: list[PromptResult]) -> dict[str, float]:

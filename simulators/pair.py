@@ -218,6 +218,8 @@ def replay_pair(opts: dict[str, Any], prof, hw, costs, clock):
     target = SimBackend(lms["target"], costs["target"], clock, ctx, name=prof.target.name)
     dlm = lms.get("draft", TraceLM({}, lms["target"].vocab_size))
     draft = SimBackend(dlm, costs["draft"], clock, ctx, name=prof.draft.name)
+    for b in (target, draft):   # contexts answered two ways get the answer of the same forward
+        b.lm.counters = b.counters  # type: ignore[attr-defined]
     recorded = trace_prompts(doc)
 
     def prompts(n: int, seed: int) -> list[Prompt]:

@@ -8,7 +8,10 @@ questions, so the simulated run makes the real run's decisions forward for forwa
 strategies are lossless too, but contexts never recorded get a deterministic filler token.
 
 File format (JSON): {"meta": {...}, "prompts": [{"id", "ids", "max_new_tokens"}], "eos_ids": [...],
-"models": {"target": {"vocab_size", "max_context", "entries": [[length, hash, pred], ...]}, "draft": {...}}}.
+"models": {"target": {"vocab_size", "max_context", "conflicts", "entries": [[length, hash, pred], ...]},
+            "draft": {...}}}
+(conflicts: answers that differed from the same context's earlier one, a bf16 near-tie between forwards of
+different shapes; such an entry goes on with forward, answer, forward, answer, ...: see TraceLM).
 
 Knows nothing of costs or strategies.
 """
@@ -34,11 +37,19 @@ def mix(h: int, token: int) -> int:
 
 
 class TraceLM:
-    """TokenModel answering from a recorded table; an unrecorded context gets the filler 1 + hash mod (V - 1)."""
+    """TokenModel answering from a recorded table; an unrecorded context gets the filler 1 + hash mod (V - 1).
 
-    def __init__(self, table: dict[tuple[int, int], int], vocab_size: int):
+    `history` holds the contexts the recording saw answered two ways (a bf16 near-tie between forwards of
+    different shapes): key -> [(forward, answer), ...], each answer from the recorded forward on (1-based
+    count of its model's forwards). With `counters` (the replaying backend's, set by the replay pair) such a
+    context gets the answer of the same forward, so the replay makes the real run's decisions even there."""
+
+    def __init__(self, table: dict[tuple[int, int], int], vocab_size: int,
+                 history: dict[tuple[int, int], list[tuple[int, int]]] | None = None):
         self.table = table
         self.vocab_size = vocab_size
+        self.history = history or {}
+        self.counters: Any = None
         self.misses = 0
 
     def start(self) -> tuple[int, int]:
@@ -50,8 +61,19 @@ class TraceLM:
     def predict(self, state: tuple[int, int]) -> int:
         out = self.table.get(state)
         if out is None:
+            if self.history and state in self.history:
+                return self._answer_at(self.history[state])
             self.misses += 1
             return 1 + state[1] % (self.vocab_size - 1)
+        return out
+
+    def _answer_at(self, answers: list[tuple[int, int]]) -> int:
+        now = self.counters.forwards if self.counters is not None else answers[-1][0]
+        out = answers[0][1]
+        for f, pred in answers:
+            if f > now:
+                break
+            out = pred
         return out
 
 
@@ -62,6 +84,10 @@ class Recorder(BackendWrapper):
         super().__init__(inner)
         self.table: dict[tuple[int, int], int] = {}
         self.lm = TraceLM(self.table, inner.vocab_size)
+        self.forwards = 0                      # this recorder's score() calls (the replay's forward index)
+        self._first: dict[tuple[int, int], int] = {}   # context -> forward of its first answer
+        self.history: dict[tuple[int, int], list[tuple[int, int]]] = {}  # contexts answered two ways (TraceLM)
+        self.conflicts = 0                     # answers that differed from the context's previous one
         self._states: list[tuple[int, int]] = [self.lm.start()]
 
     @property
@@ -81,14 +107,25 @@ class Recorder(BackendWrapper):
 
     def score(self, draft: Draft, want_logits: bool = False) -> Scores:
         out = self.inner.score(draft, want_logits)
+        self.forwards += 1
         root = self._states[-1]
-        self.table[root] = out.preds[0]
+        self._put(root, out.preds[0])
         states: list[tuple[int, int]] = []
         for i, (t, p) in enumerate(zip(draft.tokens, draft.parents, strict=True)):
             st = self.lm.step(states[p] if p >= 0 else root, t)
             states.append(st)
-            self.table[st] = out.preds[i + 1]
+            self._put(st, out.preds[i + 1])
         return out
+
+    def _put(self, key: tuple[int, int], pred: int) -> None:
+        old = self.table.get(key)
+        if old is None:
+            self.table[key] = pred
+            self._first[key] = self.forwards
+        elif old != pred:
+            self.conflicts += 1
+            self.history.setdefault(key, [(self._first[key], old)]).append((self.forwards, pred))
+            self.table[key] = pred
 
     def commit(self, path: list[int], new_tokens: list[int]) -> None:
         self.inner.commit(path, new_tokens)
@@ -105,8 +142,9 @@ class Recorder(BackendWrapper):
 
 def save_trace(path: str, recorders: dict[str, Recorder], prompts: list[Prompt], eos_ids: tuple[int, ...],
                meta: dict[str, Any] | None = None) -> None:
-    models = {name: {"vocab_size": r.vocab_size, "max_context": r.max_context,
-                     "entries": [[k[0], k[1], v] for k, v in r.table.items()]} for name, r in recorders.items()}
+    models = {name: {"vocab_size": r.vocab_size, "max_context": r.max_context, "conflicts": r.conflicts,
+                     "entries": [[k[0], k[1], v, *_flat(r.history.get(k, ()))] for k, v in r.table.items()]}
+              for name, r in recorders.items()}
     doc = {"meta": meta or {}, "eos_ids": list(eos_ids), "models": models,
            "prompts": [{"id": p.id, "ids": p.ids, "max_new_tokens": p.max_new_tokens} for p in prompts]}
     with open(path, "w", encoding="utf-8") as f:
@@ -126,9 +164,19 @@ def load_trace(path: str) -> dict[str, Any]:
     return doc
 
 
+def _flat(answers) -> list[int]:
+    return [x for fp in answers for x in fp]
+
+
 def trace_lms(doc: dict[str, Any]) -> dict[str, TraceLM]:
-    return {name: TraceLM({(e[0], e[1]): e[2] for e in m["entries"]}, int(m["vocab_size"]))
-            for name, m in doc["models"].items()}
+    """One TraceLM per recorded model; an entry longer than [length, hash, pred] (pred: the last answer) goes on
+    with the (forward, answer) pairs of a context answered two ways."""
+    out = {}
+    for name, m in doc["models"].items():
+        table = {(e[0], e[1]): e[2] for e in m["entries"] if len(e) == 3}
+        history = {(e[0], e[1]): list(zip(e[3::2], e[4::2], strict=True)) for e in m["entries"] if len(e) > 3}
+        out[name] = TraceLM(table, int(m["vocab_size"]), history)
+    return out
 
 
 def trace_prompts(doc: dict[str, Any]) -> list[Prompt]:

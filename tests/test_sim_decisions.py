@@ -130,7 +130,7 @@ def test_a_context_answered_two_ways_is_reported_not_fatal(recorded, tmp_path):
     assert sps.unrecorded and all(n > 0 for n in sps.unrecorded.values())
     assert not real["vanilla"].unrecorded
     (note,) = decisions.unrecorded_notes(real)
-    assert note.startswith("note: speculative:gamma=3: ") and "bf16 near-ties" in note
+    assert note.startswith("note: speculative:gamma=3: ") and "bf16 near-tie recorded with one answer only" in note
 
 
 def test_no_recording_is_one_line(tmp_path):

@@ -82,3 +82,78 @@ def test_replay_needs_a_trace(tmp_path):
     with pytest.raises(OuroborosError, match="not found"):
         make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "h200"),
                   {"tokens": "replay", "trace": str(tmp_path / "none.json")})
+
+
+def test_realcheck_recording_replays_with_no_unrecorded_context(tmp_path, monkeypatch):
+    """realcheck's recording topology (every run its own Recorders over ONE shared target and draft backend,
+    prompts interleaved, stateful proposers carrying their pool from prompt to prompt after a warm-up) replays
+    as `validate decisions` replays it: same outputs, no context the recording never saw, none answered twice."""
+    import types
+
+    from simulators import decisions, realcheck
+    from simulators.replay import load_trace
+
+    target, draft = HFBackend(get_model("llama")), HFBackend(get_draft("llama", noise=0.3))
+    prompts = [Prompt("a", [3, 14, 15, 9, 2, 6, 3, 14, 15]), Prompt("b", [7, 7, 1, 2, 7, 7, 1, 2]),
+               Prompt("c", [5, 9, 5, 9, 11, 5, 9, 5])]
+    monkeypatch.setattr(realcheck, "load_real",
+                        lambda args: (types.SimpleNamespace(eos_ids=()), prompts, target, draft))
+    labels = ["ouroboros:gamma=3,W=3,N=3,G=3,K=2", "lookahead:W=3,N=3,G=3", "speculative:gamma=3", "pld"]
+    specs = [realcheck.RunSpec(lb.split(":")[0], dict(kv.split("=") for kv in lb.split(":")[1].split(","))
+                               if ":" in lb else {}, lb) for lb in labels]
+    for s in specs:
+        s.params = {k: int(v) for k, v in s.params.items()}
+    args = types.SimpleNamespace(max_new_tokens=24, dtype="float64", threads=0)
+    realcheck.record(args, specs, str(tmp_path))
+    for lb in labels:
+        doc = load_trace(str(tmp_path / realcheck.trace_name(lb)))
+        assert all(m["conflicts"] == 0 for m in doc["models"].values()), lb
+    runs = decisions.load_real(str(tmp_path))   # raises if a replayed output differs from the recorded one
+    assert sorted(runs) == sorted(labels)
+    for lb, run in runs.items():
+        assert run.unrecorded == {}, lb
+        for p, res in zip(prompts, run.results, strict=True):
+            assert res.output == reference_greedy(get_model("llama"), p.ids, 24), lb
+
+
+def test_a_context_answered_two_ways_replays_as_answered(tmp_path):
+    """A near-tie (the real model answering one context differently in two forwards) is kept per forward: the
+    replay's forward n gets the answer of the recording's forward n, so the replay still makes every decision."""
+    from ouroboros.contracts import Scores
+    from ouroboros.draft import Draft
+    from simulators.replay import load_trace, trace_lms
+
+    class Flaky(HFBackend):
+        """The tiny model, except that its 2nd forward answers its root context with token 1."""
+
+        def score(self, draft, want_logits=False):
+            out = super().score(draft, want_logits)
+            if self.counters.forwards == 2:
+                return Scores([1, *out.preds[1:]], out.logits)
+            return out
+
+    rec = Recorder(Flaky(get_model("llama")))
+    rec.prefill([3, 14, 15, 9])
+    answers = []
+    for _ in range(3):
+        answers.append(rec.score(Draft.chain([2, 6])).preds[0])
+        rec.commit([], [])    # the pending prompt token enters the cache; take it back out, pending again
+        rec.rollback(1)
+        rec.append([9])
+    assert answers[0] == answers[2] != answers[1] == 1 and rec.conflicts == 2
+    path = str(tmp_path / "t.json")
+    save_trace(path, {"target": rec}, [Prompt("a", [3, 14, 15, 9])], ())
+    doc = load_trace(path)
+    assert doc["models"]["target"]["conflicts"] == 2
+    lm = trace_lms(doc)["target"]
+    assert len(lm.history) == 1 and lm.history[next(iter(lm.history))] == [(1, answers[0]), (2, 1), (3, answers[0])]
+    model = load_conf("model", "yi34b_6b")
+    pair = make_pair(model, load_conf("hardware", "h200"), {"tokens": "replay", "trace": path})
+    pair.target.prefill([3, 14, 15, 9])
+    got = []
+    for _ in range(3):
+        got.append(pair.target.score(Draft.chain([2, 6])).preds[0])
+        pair.target.commit([], [])
+        pair.target.rollback(1)
+        pair.target.append([9])
+    assert got == answers and pair.target.lm.misses == 0  # type: ignore[attr-defined]
