@@ -117,7 +117,9 @@ def task_pair(task: Task, a: float, seed: int):
 # copying, runner-up choices, locality) come from the decision profiles fitted to the real Qwen2.5-Coder pair's
 # recorded greedy runs on a task of the same kind (simulators/decisions.py); the DRAFT's agreement is still fitted to
 # the Yi pair's own SpS figures. No published figure enters these knobs.
-TEXT_KNOBS = ("p_copy", "p_top", "pos_grain", "choice_ctx", "local_frac", "local_ctx", "vocab", "pieces")
+TEXT_KNOBS = ("corpus", "induction", "induction_decay", "surprise_copy", "p_copy", "p_top", "pos_grain", "choice_ctx",
+              "local_frac", "local_ctx", "vocab", "pieces")
+CODE_CORPORA = ("code", "pycode")   # the corpora a code task may run on (pycode: stdlib packages, not REST's modules)
 TEXT_PROFILES = {"HumanEval": "qwen_coder_humaneval", "MBPP": "qwen_coder_humaneval", "GSM8K": "qwen_coder_gsm8k",
                  "CNN/DM": "qwen_coder_mtbench", "WMT16": "qwen_coder_mtbench"}
 
@@ -132,7 +134,7 @@ def text_knobs(task: Task, source: str) -> tuple[tuple[str, Any], ...]:
     from simulators.sim_profiles import load_profile
 
     prof = load_profile(TEXT_PROFILES[task.name])
-    if prof.get("corpus", task.corpus) != task.corpus:
+    if (prof.get("corpus", task.corpus) in CODE_CORPORA) != (task.corpus in CODE_CORPORA):
         raise OuroborosError(f"{TEXT_PROFILES[task.name]} was fitted on the {prof['corpus']} corpus, "
                              f"{task.name} runs on {task.corpus}")
     return tuple((k, prof[k]) for k in TEXT_KNOBS if k in prof)

@@ -95,16 +95,17 @@ def test_paper_text_knobs_come_from_the_real_pairs_decision_profiles():
     """`validate paper --text decisions`: each paper task's surrogate target takes its text knobs from the decision
     profile of a real-pair task of the same kind (the draft's agreement is still the Yi pair's own fit), and they reach
     the simulated pair; without --text the target keeps the defaults."""
-    from simulators.validate import TASKS, TEXT_KNOBS, TEXT_PROFILES, task_pair, text_knobs
+    from simulators.validate import CODE_CORPORA, TASKS, TEXT_KNOBS, TEXT_PROFILES, task_pair, text_knobs
 
     for t in TASKS:
         assert text_knobs(t, "none") == ()
         knobs = dict(text_knobs(t, "decisions"))
         prof = load_profile(TEXT_PROFILES[t.name])
-        assert prof["pair"] == "qwen_coder" and prof["corpus"] == t.corpus
+        assert prof["pair"] == "qwen_coder" and (prof["corpus"] in CODE_CORPORA) == (t.corpus in CODE_CORPORA)
         assert knobs == {k: prof[k] for k in TEXT_KNOBS if k in prof} and "alpha_easy" not in knobs
         lm = task_pair(replace(t, text=tuple(knobs.items())), 0.9, 0).target.lm
         assert (lm.p_copy, lm.p_top) == (knobs["p_copy"], knobs["p_top"])
+        assert lm.corpus.kind == knobs.get("corpus", t.corpus)   # the profile's text kind (pycode: code tasks)
     with pytest.raises(OuroborosError, match="--text must be none or decisions"):
         text_knobs(TASKS[0], "paper")
 
