@@ -126,7 +126,8 @@ TEXT_PROFILES = {"HumanEval": "qwen_coder_humaneval", "MBPP": "qwen_coder_humane
 
 def text_knobs(task: Task, source: str) -> tuple[tuple[str, Any], ...]:
     """The surrogate target's text knobs for `task` from `source` ("none": the defaults; "decisions": the task
-    kind's decision profile, TEXT_PROFILES)."""
+    kind's decision profile, TEXT_PROFILES). A profile of the same task brings its fitted corpus whatever its kind
+    (the real pair answers GSM8K in code-like text); one of another task must be of the same kind."""
     if source == "none":
         return ()
     if source != "decisions":
@@ -134,7 +135,8 @@ def text_knobs(task: Task, source: str) -> tuple[tuple[str, Any], ...]:
     from simulators.sim_profiles import load_profile
 
     prof = load_profile(TEXT_PROFILES[task.name])
-    if (prof.get("corpus", task.corpus) in CODE_CORPORA) != (task.corpus in CODE_CORPORA):
+    same_task = str((prof.get("fit") or {}).get("task", "")).lower() == task.name.lower()
+    if not same_task and (prof.get("corpus", task.corpus) in CODE_CORPORA) != (task.corpus in CODE_CORPORA):
         raise OuroborosError(f"{TEXT_PROFILES[task.name]} was fitted on the {prof['corpus']} corpus, "
                              f"{task.name} runs on {task.corpus}")
     return tuple((k, prof[k]) for k in TEXT_KNOBS if k in prof)

@@ -101,7 +101,8 @@ def test_paper_text_knobs_come_from_the_real_pairs_decision_profiles():
         assert text_knobs(t, "none") == ()
         knobs = dict(text_knobs(t, "decisions"))
         prof = load_profile(TEXT_PROFILES[t.name])
-        assert prof["pair"] == "qwen_coder" and (prof["corpus"] in CODE_CORPORA) == (t.corpus in CODE_CORPORA)
+        assert prof["pair"] == "qwen_coder"
+        assert (prof["corpus"] in CODE_CORPORA) == (t.corpus in CODE_CORPORA) or prof["fit"]["task"] == t.name.lower()
         assert knobs == {k: prof[k] for k in TEXT_KNOBS if k in prof} and "alpha_easy" not in knobs
         lm = task_pair(replace(t, text=tuple(knobs.items())), 0.9, 0).target.lm
         assert (lm.p_copy, lm.p_top) == (knobs["p_copy"], knobs["p_top"])
