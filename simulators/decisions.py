@@ -190,14 +190,17 @@ def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper
 def mapped_params(run: RealRun, map_id) -> dict[str, Any]:
     """The run's strategy options with every real token id in them mapped to a surrogate id: REST's datastore
     (`corpus: [ids]` inline, or a `datastore:` file, rebuilt in surrogate ids next to it as `<name>.sim-<digest>.npz`,
-    once) holds the real tokenizer's ids; the other strategies' options hold none."""
+    once) holds the real tokenizer's ids; the other strategies' options hold none. In a datastore file, a token whose
+    text the surrogate has no piece for (`map_id.piece` gives None, where the map has it: `IdMap`) becomes a document
+    break: the surrogate can never write it, and a hashed stand-in would collide with a piece it does write (every
+    context would then find a match). An inline corpus is one document: it keeps the hashed stand-ins."""
     params = dict(run.params)
     if run.name != "rest":
         return params
     if params.get("corpus"):
         params["corpus"] = [map_id(int(t)) for t in params["corpus"]]
     elif params.get("datastore"):
-        params["datastore"] = mapped_datastore(str(params["datastore"]), map_id)
+        params["datastore"] = mapped_datastore(str(params["datastore"]), getattr(map_id, "piece", map_id))
     return params
 
 
@@ -222,7 +225,7 @@ def _mapped_datastore(path: str, map_id) -> str:
 
     ds = Datastore.load(path)
     toks = ds.tokens.tolist()
-    mapped = [t if t == SEP else map_id(t) for t in toks]
+    mapped = [SEP if t == SEP else m if (m := map_id(t)) is not None else SEP for t in toks]
     digest = hashlib.sha1(np.asarray(mapped, dtype=np.int32).tobytes()).hexdigest()[:12]
     out = f"{os.path.splitext(path)[0]}.sim-{digest}.npz"
     if not os.path.exists(out):
@@ -234,6 +237,20 @@ def _mapped_datastore(path: str, map_id) -> str:
                 docs[-1].append(t)
         Datastore.build(docs).save(out)
     return out
+
+
+class IdMap:
+    """real id -> surrogate id as `sim.prompt_tokens=tokenizer` maps prompts (a hashed stand-in for text the
+    surrogate has no piece for); `piece`: the same, but None there (REST's datastore, `mapped_params`)."""
+
+    def __init__(self, tok: Any):
+        self.tok = tok
+
+    def __call__(self, real_id: int) -> int:
+        return self.tok.surrogate_id(real_id)
+
+    def piece(self, real_id: int) -> int | None:
+        return self.tok.piece_id(real_id)
 
 
 def id_mapper(model: str = "qwen_coder", tokenizer_dir: str | None = None):
@@ -248,7 +265,7 @@ def id_mapper(model: str = "qwen_coder", tokenizer_dir: str | None = None):
 
     def mapper(surrogate):
         if id(surrogate) not in maps:
-            maps[id(surrogate)] = RealCountTokenizer(surrogate, real).surrogate_id
+            maps[id(surrogate)] = IdMap(RealCountTokenizer(surrogate, real))
         return maps[id(surrogate)]
 
     return mapper

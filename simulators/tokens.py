@@ -36,15 +36,24 @@ class RealCountTokenizer:
         self.vocab_size = surrogate.vocab_size
         self.chat_template = getattr(real, "chat_template", None)
         self._map: dict[int, int] = {}
+        self._piece: dict[int, int | None] = {}
+
+    def piece_id(self, real_id: int) -> int | None:
+        """The surrogate piece of the real token's text, None when it has none."""
+        if real_id not in self._piece:
+            text = self.real.decode([real_id])
+            ids = self.surrogate.ids
+            self._piece[real_id] = ids.get(text) or ids.get(text.strip())
+        return self._piece[real_id]
 
     def surrogate_id(self, real_id: int) -> int:
         sid = self._map.get(real_id)
         if sid is None:
-            text = self.real.decode([real_id])
-            ids = self.surrogate.ids
-            sid = ids.get(text) or ids.get(text.strip())
-            if sid is None:  # text the surrogate has no piece for: a fixed id from its bytes (never EOS), so distinct
-                # real tokens stay distinct (a shared fallback would repeat phrases the real prompt does not)
+            sid = self.piece_id(real_id)
+            if sid is None:
+                # text the surrogate has no piece for: a fixed id from its bytes (never EOS), so distinct real
+                # tokens stay distinct (a shared fallback would repeat phrases the real prompt does not)
+                text = self.real.decode([real_id])
                 sid = 1 + zlib.crc32(text.encode()) % (self.vocab_size - 1)
             self._map[real_id] = sid
         return sid

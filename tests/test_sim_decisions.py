@@ -97,7 +97,7 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
                         near=1, jobs=1)
     assert decisions.calibrate_main(a) == 0
     start = yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval.yaml").read_text())
-    assert seen["rounds"] == 1 and seen["near"] == 1 and seen["base"]["corpus"] == "code"
+    assert seen["rounds"] == 1 and seen["near"] == 1 and seen["base"]["corpus"] == start["corpus"]
     assert seen["base"]["p_copy"] == start["p_copy"] and seen["base"]["alpha_easy"] == start["alpha_easy"]
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
     assert "--start qwen_coder_humaneval --rounds 1 --near 1" in prof["fit"]["command"]
@@ -156,6 +156,28 @@ def test_rest_options_get_surrogate_ids(tmp_path):
     assert decisions.mapped_params(run, shift)["datastore"] == out  # built once
     sps = decisions.RealRun("speculative:gamma=3", "speculative", {"gamma": 3}, 8)
     assert decisions.mapped_params(sps, shift) == {"gamma": 3}
+
+
+def test_datastore_text_the_surrogate_cannot_write_breaks_its_documents(tmp_path):
+    """A real datastore token with no surrogate piece (IdMap.piece: None) becomes a document break in the mapped
+    datastore, not a hashed stand-in that would match a piece the surrogate writes; prompts keep the stand-in."""
+    from ouroboros.datastore import SEP, Datastore
+
+    class Tok:
+        def surrogate_id(self, t):
+            return 7 if t == 3 else t + 100
+
+        def piece_id(self, t):
+            return None if t == 3 else t + 100
+
+    idmap = decisions.IdMap(Tok())
+    assert idmap(3) == 7 and idmap.piece(3) is None and idmap(1) == idmap.piece(1) == 101
+    path = tmp_path / "ds.npz"
+    Datastore.build([[1, 3, 2], [4]]).save(str(path))
+    out = decisions.mapped_params(decisions.RealRun("rest", "rest", {"datastore": str(path)}, 8), idmap)["datastore"]
+    assert Datastore.load(out).tokens.tolist() == [101, SEP, 102, SEP, 104]
+    inline = decisions.RealRun("rest", "rest", {"corpus": [1, 3, 2]}, 8)
+    assert decisions.mapped_params(inline, idmap)["corpus"] == [101, 7, 102]
 
 
 def test_rest_runs_on_the_simulated_side(recorded):
