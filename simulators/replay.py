@@ -40,9 +40,10 @@ class TraceLM:
     """TokenModel answering from a recorded table; an unrecorded context gets the filler 1 + hash mod (V - 1).
 
     `history` holds the contexts the recording saw answered two ways (a bf16 near-tie between forwards of
-    different shapes): key -> [(forward, answer), ...], each answer from the recorded forward on (1-based
-    count of its model's forwards). With `counters` (the replaying backend's, set by the replay pair) such a
-    context gets the answer of the same forward, so the replay makes the real run's decisions even there."""
+    different shapes): key -> [(forward, answer), ...], each answer from the recorded forward on (1-based count
+    of its model's forwards; the first answer's is 0: it holds until the first change). With `counters` (the
+    replaying backend's, set by the replay pair) such a context gets the answer of the same forward, so the
+    replay makes the real run's decisions even there."""
 
     def __init__(self, table: dict[tuple[int, int], int], vocab_size: int,
                  history: dict[tuple[int, int], list[tuple[int, int]]] | None = None):
@@ -85,9 +86,7 @@ class Recorder(BackendWrapper):
         self.table: dict[tuple[int, int], int] = {}
         self.lm = TraceLM(self.table, inner.vocab_size)
         self.forwards = 0                      # this recorder's score() calls (the replay's forward index)
-        self._first: dict[tuple[int, int], int] = {}   # context -> forward of its first answer
         self.history: dict[tuple[int, int], list[tuple[int, int]]] = {}  # contexts answered two ways (TraceLM)
-        self.conflicts = 0                     # answers that differed from the context's previous one
         self._states: list[tuple[int, int]] = [self.lm.start()]
 
     @property
@@ -117,15 +116,16 @@ class Recorder(BackendWrapper):
             self._put(st, out.preds[i + 1])
         return out
 
+    @property
+    def conflicts(self) -> int:
+        """Answers that differed from the same context's previous one."""
+        return sum(len(h) - 1 for h in self.history.values())
+
     def _put(self, key: tuple[int, int], pred: int) -> None:
         old = self.table.get(key)
-        if old is None:
-            self.table[key] = pred
-            self._first[key] = self.forwards
-        elif old != pred:
-            self.conflicts += 1
-            self.history.setdefault(key, [(self._first[key], old)]).append((self.forwards, pred))
-            self.table[key] = pred
+        if old is not None and old != pred:  # the first answer holds until the forward that changed it
+            self.history.setdefault(key, [(0, old)]).append((self.forwards, pred))
+        self.table[key] = pred
 
     def commit(self, path: list[int], new_tokens: list[int]) -> None:
         self.inner.commit(path, new_tokens)

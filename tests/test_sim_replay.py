@@ -146,7 +146,7 @@ def test_a_context_answered_two_ways_replays_as_answered(tmp_path):
     doc = load_trace(path)
     assert doc["models"]["target"]["conflicts"] == 2
     lm = trace_lms(doc)["target"]
-    assert len(lm.history) == 1 and lm.history[next(iter(lm.history))] == [(1, answers[0]), (2, 1), (3, answers[0])]
+    assert len(lm.history) == 1 and lm.history[next(iter(lm.history))] == [(0, answers[0]), (2, 1), (3, answers[0])]
     model = load_conf("model", "yi34b_6b")
     pair = make_pair(model, load_conf("hardware", "h200"), {"tokens": "replay", "trace": path})
     pair.target.prefill([3, 14, 15, 9])

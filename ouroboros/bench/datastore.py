@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.lookups < 1 or a.ctx < 1 or a.rounds < 1:
         raise OuroborosError("--lookups, --ctx and --rounds must be >= 1")
-    cfg = RestConfig(datastore=a.datastore, depth=a.depth, num_nodes=a.num_nodes, max_suffix=max(a.ctx, 1))
+    cfg = RestConfig(datastore=a.datastore, depth=a.depth, num_nodes=a.num_nodes, max_suffix=a.ctx)
     versions = {"current": (current, current.Datastore.load(a.datastore))}
     if a.against:
         old = load_version(a.against)
