@@ -27,6 +27,7 @@ Knows nothing of real models (the real side is traces).
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.
     ("vocab", (4096, 8192)),
     ("pieces", ("words", "bpe", "real")),  # real: the pair's own tokenizer (vocab then unused)
 )
+# Knobs that act only together, searched jointly after the single ones in each round: local_frac does nothing at
+# one local_ctx and overshoots at another, so a one-knob-at-a-time search from local_frac = 0 never moves either.
+FIT_JOINT = (("local_frac", "local_ctx"),)
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
 SIM_SEEDS = 3                    # the simulated side pools its prompt results over this many surrogate seeds: a
                                  # surrogate statistic is an expectation, not one draw of a 5-prompt x 64-token text
@@ -383,26 +387,39 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
         _WORKER.update(real=real, fit_real=fit_real, mapper=mapper, seeds=seeds)
         pool = multiprocessing.get_context("fork").Pool(jobs)
     try:
+        steps: list[tuple[tuple[str, ...], list[tuple[Any, ...]]]] = [((k,), [(v,) for v in g])
+                                                                      for k, g in grids.items()]
+        steps += [(knobs, joint_grid(knobs, grids)) for knobs in FIT_JOINT]
         for _ in range(rounds):
-            for knob, full in grids.items():
-                grid: tuple[Any, ...] = full
-                if near and opts.get(knob) in full:
-                    i = full.index(opts[knob])
+            for knobs, full in steps:
+                grid = full
+                cur = tuple(opts.get(k) for k in knobs)
+                if near and cur in full:
+                    i = full.index(cur)
                     grid = full[max(0, i - near): i + near + 1]
-                cands = [{**opts, knob: v} for v in grid]
+                cands = [{**opts, **dict(zip(knobs, v, strict=True))} for v in grid]
                 if pool is not None:
                     values = pool.map(_worker_error, cands, chunksize=1)
                 else:
                     values = [fit_error(real, fit_real, o, mapper, seeds) for o in cands]
-                errs = dict(zip(grid, values, strict=True))
-                opts[knob] = min(errs, key=errs.__getitem__)
-                out(f"fit {knob} = {opts[knob]} (error {errs[opts[knob]]:.4f})")
+                best = min(range(len(grid)), key=values.__getitem__)  # ties: the first in grid order
+                opts.update(cands[best])
+                out(f"fit {' + '.join(knobs)} = {' + '.join(map(str, grid[best]))} (error {values[best]:.4f})")
     finally:
         if pool is not None:
             pool.close()
             pool.join()
         _WORKER.clear()
     return opts
+
+
+def joint_grid(knobs: tuple[str, ...], grids: dict[str, tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Every combination of the knobs' grid values, those with local_frac = 0 (where local_ctx does nothing) only
+    once."""
+    combos = list(itertools.product(*(grids[k] for k in knobs)))
+    if knobs == ("local_frac", "local_ctx"):
+        combos = [(f, c) for f, c in combos if f or c == grids["local_ctx"][0]]
+    return combos
 
 
 def add_args(ap) -> None:

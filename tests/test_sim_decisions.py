@@ -202,3 +202,20 @@ def test_prompt_sampling_reference_compares_the_two_real_prompt_sets(recorded):
     same = [{**r, "sim": r["real"]} for r in rows]
     sc = decisions.score(same)
     assert sc["ok"] == sc["all"] > 0
+
+
+def test_coupled_knobs_are_searched_jointly(recorded, monkeypatch):
+    """local_frac does nothing at local_ctx 1 here and local_ctx nothing at local_frac 0: a one-knob search from
+    (0, 1) stays put; the joint step finds the minimum at (0.3, 2). local_ctx is listed once at local_frac 0."""
+    grid = decisions.joint_grid(("local_frac", "local_ctx"), dict(decisions.FIT_GRID))
+    assert (0.0, 1) in grid and (0.0, 2) not in grid and (0.3, 2) in grid and len(grid) == len(set(grid))
+
+    def fake_error(real, fit_real, opts, mapper_, seeds):
+        lf, lc = opts.get("local_frac", 0.0), opts.get("local_ctx", 1)
+        return 0.0 if (lf, lc) == (0.3, 2) else 1.0 if lf == 0 or lc == 1 else 2.0
+
+    monkeypatch.setattr(decisions, "fit_error", fake_error)
+    lines: list[str] = []
+    opts = decisions.fit_profile(decisions.load_real(str(recorded)), mapper, out=lines.append, rounds=1)
+    assert (opts["local_frac"], opts["local_ctx"]) == (0.3, 2)
+    assert "fit local_frac + local_ctx = 0.3 + 2 (error 0.0000)" in lines
