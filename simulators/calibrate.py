@@ -200,7 +200,7 @@ def load_backends(model: dict[str, Any], dtype: str):
 @cli
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("paper", "decisions"):
+    if argv and argv[0] in ("paper", "decisions", "prior"):
         return profiles_main(argv[0], argv[1:])
     ap = ArgumentParser(prog="python -m simulators.calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen_coder", help="conf/model/<name>.yaml (needs a profile: section "
@@ -264,9 +264,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def profiles_main(what: str, argv: list[str]) -> int:
     """`calibrate paper`: the Yi-34B/6B per-task profiles from the published vanilla + SpS figures;
-    `calibrate decisions`: a profile fitted to a real pair's recorded decisions (simulators/decisions.py)."""
+    `calibrate decisions`: a profile fitted to a real pair's recorded decisions (simulators/decisions.py);
+    `calibrate prior`: the surrogate target's text prior, fitted to those recordings of several tasks at once."""
 
     ap = ArgumentParser(prog=f"python -m simulators.calibrate {what}")
+    if what == "prior":
+        from simulators.decisions import prior_args, prior_main
+
+        prior_args(ap)
+        prior_main(ap.parse_args(argv))
+        return 0
     ap.add_argument("--prompts", type=int, default=16, help="paper: surrogate prompts per task")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out-dir", default=None, help="where profiles are written (default conf/sim/)")

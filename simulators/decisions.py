@@ -363,33 +363,25 @@ _WORKER: dict[str, Any] = {}  # what a forked fit worker evaluates against (set 
 
 def _worker_error(opts: dict[str, Any]) -> float:
     w = _WORKER
-    return fit_error(w["real"], w["fit_real"], opts, w["mapper"], w["seeds"])
+    return w["error"](opts)
 
 
-def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = None, out=print,
-                rounds: int = 3, seeds: int = SIM_SEEDS, near: int = 0, jobs: int = 1,
-                model: str = "qwen_coder") -> dict[str, Any]:
-    """Coordinate search of the surrogate's knobs on the FIT prompts only (even positions): each knob in turn takes
-    the grid value minimising `fit_error`; `rounds` passes (the knobs interact). near > 0: a knob whose current
-    value is on its grid tries only the values within `near` grid steps of it (a refit from a stored profile).
-    jobs > 1: a knob's grid values are evaluated in that many forked processes (same result). Returns sim options."""
-    opts: dict[str, Any] = {"corpus": "pycode", **(base or {})}
-    fit_real = {label: stats([run.results[i] for i in split(len(run.results))[0]]) for label, run in real.items()}
-    grids = dict(FIT_GRID)
-    if not has_real_tokenizer(model, opts.get("tokenizer")):
-        grids["pieces"] = tuple(v for v in grids["pieces"] if v != "real")
-        out(f"fit: pieces=real not tried (no tokenizer of {model} here: `python -m ouroboros.fetch` it, or "
-            "sim.tokenizer=<dir>)")
+def coordinate_search(opts: dict[str, Any], grids: dict[str, tuple[Any, ...]], error, out=print, rounds: int = 3,
+                      near: int = 0, jobs: int = 1) -> dict[str, Any]:
+    """Each knob in turn (then each FIT_JOINT group whose knobs are all in `grids`, jointly) takes the grid value
+    minimising `error(opts)`; `rounds` passes. near > 0: a knob whose current value is on its grid tries only the
+    values within `near` grid steps of it. jobs > 1: the grid values are evaluated in that many forked processes
+    (same result). Ties: the first in grid order."""
+    opts = dict(opts)
+    steps: list[tuple[tuple[str, ...], list[tuple[Any, ...]]]] = [((k,), [(v,) for v in g]) for k, g in grids.items()]
+    steps += [(knobs, joint_grid(knobs, grids)) for knobs in FIT_JOINT if all(k in grids for k in knobs)]
     pool = None
     if jobs > 1:
         import multiprocessing
 
-        _WORKER.update(real=real, fit_real=fit_real, mapper=mapper, seeds=seeds)
+        _WORKER["error"] = error
         pool = multiprocessing.get_context("fork").Pool(jobs)
     try:
-        steps: list[tuple[tuple[str, ...], list[tuple[Any, ...]]]] = [((k,), [(v,) for v in g])
-                                                                      for k, g in grids.items()]
-        steps += [(knobs, joint_grid(knobs, grids)) for knobs in FIT_JOINT]
         for _ in range(rounds):
             for knobs, full in steps:
                 grid = full
@@ -398,11 +390,8 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
                     i = full.index(cur)
                     grid = full[max(0, i - near): i + near + 1]
                 cands = [{**opts, **dict(zip(knobs, v, strict=True))} for v in grid]
-                if pool is not None:
-                    values = pool.map(_worker_error, cands, chunksize=1)
-                else:
-                    values = [fit_error(real, fit_real, o, mapper, seeds) for o in cands]
-                best = min(range(len(grid)), key=values.__getitem__)  # ties: the first in grid order
+                values = pool.map(_worker_error, cands, chunksize=1) if pool is not None else [error(o) for o in cands]
+                best = min(range(len(grid)), key=values.__getitem__)
                 opts.update(cands[best])
                 out(f"fit {' + '.join(knobs)} = {' + '.join(map(str, grid[best]))} (error {values[best]:.4f})")
     finally:
@@ -411,6 +400,61 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
             pool.join()
         _WORKER.clear()
     return opts
+
+
+def fit_real_stats(real: dict[str, RealRun]) -> dict[str, dict[str, float]]:
+    """Every run's real statistics over its fit prompts (even positions)."""
+    return {label: stats([run.results[i] for i in split(len(run.results))[0]]) for label, run in real.items()}
+
+
+def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = None, out=print,
+                rounds: int = 3, seeds: int = SIM_SEEDS, near: int = 0, jobs: int = 1,
+                model: str = "qwen_coder") -> dict[str, Any]:
+    """Coordinate search (`coordinate_search`) of the surrogate's knobs (FIT_GRID) on the FIT prompts only (even
+    positions), minimising `fit_error`; `rounds` passes (the knobs interact); near > 0: a refit from a stored
+    profile tries only values near its own. Returns sim options."""
+    opts: dict[str, Any] = {"corpus": "pycode", **(base or {})}
+    fit_real = fit_real_stats(real)
+    grids = dict(FIT_GRID)
+    if not has_real_tokenizer(model, opts.get("tokenizer")):
+        grids["pieces"] = tuple(v for v in grids["pieces"] if v != "real")
+        out(f"fit: pieces=real not tried (no tokenizer of {model} here: `python -m ouroboros.fetch` it, or "
+            "sim.tokenizer=<dir>)")
+
+    def error(o: dict[str, Any]) -> float:
+        return fit_error(real, fit_real, o, mapper, seeds)
+
+    return coordinate_search(opts, grids, error, out, rounds, near, jobs)
+
+
+# The text prior (`fit_prior`): the surrogate TARGET's knobs that describe how a real LM's greedy text behaves
+# (copying, runner-up choices, locality), shared by every task, for the pairs no real run was recorded for (their
+# draft agreement is a profile's own fit). pieces stays bpe (words carry their leading space, as in real tokenizers:
+# their characters per token, docs/simulator-fidelity.md); the corpus follows the task's kind.
+PRIOR_KNOBS = ("induction", "induction_decay", "surprise_copy", "p_copy", "p_top", "pos_grain", "choice_ctx",
+               "local_frac", "local_ctx", "vocab")
+PRIOR_START = {"induction": 0.0, "induction_decay": 1.0, "surprise_copy": 1.0, "p_copy": 0.0, "p_top": 0.75,
+               "pos_grain": 1, "choice_ctx": 0, "local_frac": 0.0, "local_ctx": 1, "vocab": 4096, "pieces": "bpe"}
+CODE_TASKS = ("humaneval", "mbpp")
+
+
+def task_corpus(task: str) -> str:
+    """The surrogate corpus of a task's kind: pycode for code tasks, else prose."""
+    return "pycode" if task in CODE_TASKS else "prose"
+
+
+def fit_prior(tasks: dict[str, tuple[dict[str, RealRun], dict[str, Any]]], mapper, out=print, rounds: int = 2,
+              seeds: int = SIM_SEEDS, jobs: int = 1, start: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Coordinate search of the PRIOR_KNOBS shared by all `tasks` (task -> (its recorded runs, its own options: the
+    draft's agreement and the corpus)), minimising the sum of their `fit_error`s on their fit prompts. Returns
+    the prior's knobs (PRIOR_KNOBS and pieces)."""
+    fit_real = {t: fit_real_stats(real) for t, (real, _) in tasks.items()}
+
+    def error(o: dict[str, Any]) -> float:
+        return sum(fit_error(real, fit_real[t], {**base, **o}, mapper, seeds) for t, (real, base) in tasks.items())
+
+    grids = {k: g for k, g in FIT_GRID if k in PRIOR_KNOBS}
+    return coordinate_search({**PRIOR_START, **(start or {})}, grids, error, out, rounds, 0, jobs)
 
 
 def joint_grid(knobs: tuple[str, ...], grids: dict[str, tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -491,6 +535,77 @@ def calibrate_main(a) -> int:
                          Path(a.out_dir) if a.out_dir else None)
     print(f"wrote {path}")
     return 0
+
+
+def prior_args(ap) -> None:
+    ap.add_argument("--model", default="qwen_coder", help="the real pair (conf/model/<name>.yaml)")
+    ap.add_argument("--tasks", default="humaneval,gsm8k,mtbench",
+                    help="tasks whose recorded runs the prior is fitted on (each with its profile's draft agreement)")
+    ap.add_argument("--root", default=None, help="where the recordings are (default <cache>/decisions; one "
+                                                 "<model>-<task>-<max new tokens> folder per task)")
+    ap.add_argument("--max-new-tokens", type=int, default=64, help="the recorded budget")
+    ap.add_argument("--holdout", default=None, help="one of --tasks left out of the fit: its held-out prompts are "
+                                                    "then scored under the prior and under the current defaults")
+    ap.add_argument("--tokenizer", default=None, help="the pair's tokenizer directory (default: the fetched one)")
+    ap.add_argument("--rounds", type=int, default=2, help="passes of the coordinate search (>= 1)")
+    ap.add_argument("--jobs", type=int, default=1, help="processes evaluating a knob's grid values at once (>= 1)")
+
+
+def prior_main(a, out=print) -> dict[str, Any]:
+    """`python -m simulators.calibrate prior`: the text prior (`fit_prior`) on the tasks' recorded runs; prints the
+    knobs for conf/sim/default.yaml (and simulators.pair.SIM_DEFAULTS), and each task's fit-prompt error under the
+    prior and under the current defaults; with --holdout, the left-out task's held-out score under both."""
+    from ouroboros.fetch import default_cache_dir
+    from simulators.pair import SIM_DEFAULTS
+    from simulators.sim_profiles import load_profile, pair_profiles
+
+    if a.rounds < 1:
+        raise OuroborosError(f"--rounds must be >= 1, got {a.rounds}")
+    if a.jobs < 1:
+        raise OuroborosError(f"--jobs must be >= 1, got {a.jobs}")
+    tasks = [t for t in a.tasks.split(",") if t]
+    own = pair_profiles(a.model)
+    missing = [t for t in tasks if t not in own]
+    if missing or not tasks:
+        raise OuroborosError(f"--tasks: {a.model} has no decision profile for {', '.join(missing) or 'no task'} "
+                             f"(its profiles: {', '.join(f'{k}={v}' for k, v in own.items()) or 'none'})")
+    if a.holdout is not None and (a.holdout not in tasks or len(tasks) < 2):
+        raise OuroborosError(f"--holdout must be one of --tasks ({', '.join(tasks)}) with another left to fit on, "
+                             f"got {a.holdout!r}")
+    root = a.root or str(default_cache_dir() / "decisions")
+    dirs = {t: os.path.join(root, f"{a.model}-{t}-{a.max_new_tokens}") for t in tasks}
+    for t, d in dirs.items():
+        if not os.path.isdir(d):
+            raise OuroborosError(f"no recorded runs of {t} in {d} (record them with simulators.realcheck: "
+                                 "docs/simulator-fidelity.md)")
+    mapper = id_mapper(a.model, a.tokenizer)
+    data: dict[str, tuple[dict[str, RealRun], dict[str, Any]]] = {}
+    for t in tasks:
+        prof = load_profile(own[t])
+        base = {k: v for k, v in prof.items() if k not in (*PRIOR_KNOBS, "pieces", "fit")}
+        data[t] = (load_real(dirs[t], a.model), {**base, "corpus": task_corpus(t)})
+    fit_on = {t: v for t, v in data.items() if t != a.holdout}
+    out(f"text prior: fitting {', '.join(PRIOR_KNOBS)} on the fit prompts of {', '.join(fit_on)} ({a.model}; each "
+        "task with its own profile's draft agreement and its kind's corpus)")
+    prior = fit_prior(fit_on, mapper, out, a.rounds, jobs=a.jobs)
+    knobs = {k: prior[k] for k in (*PRIOR_KNOBS, "pieces")}
+    defaults = {k: SIM_DEFAULTS[k] for k in knobs}
+    out("prior (conf/sim/default.yaml, simulators.pair.SIM_DEFAULTS): "
+        + ", ".join(f"{k}: {v}" for k, v in knobs.items()))
+    result: dict[str, Any] = {"prior": knobs, "tasks": {}}
+    for t, (real, base) in data.items():
+        fr = fit_real_stats(real)
+        e_prior, e_def = (fit_error(real, fr, {**base, **k}, mapper, SIM_SEEDS) for k in (knobs, defaults))
+        line = f"{t}: fit-prompt error {e_prior:.3f} under the prior, {e_def:.3f} under the current defaults"
+        row: dict[str, Any] = {"error_prior": e_prior, "error_defaults": e_def}
+        if t == a.holdout:
+            sc = [score(compare(real, {**base, **k}, mapper, "eval")) for k in (knobs, defaults)]
+            line += (f"; held-out task, held-out prompts within target: {sc[0]['ok']}/{sc[0]['all']} under the prior, "
+                     f"{sc[1]['ok']}/{sc[1]['all']} under the current defaults")
+            row.update(score_prior=sc[0]["ok"], score_defaults=sc[1]["ok"], cells=sc[0]["all"])
+        out(line)
+        result["tasks"][t] = row
+    return result
 
 
 def validate_main(root: str, sim: str | None, model: str = "qwen_coder", tokenizer: str | None = None,

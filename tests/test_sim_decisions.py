@@ -219,3 +219,34 @@ def test_coupled_knobs_are_searched_jointly(recorded, monkeypatch):
     opts = decisions.fit_profile(decisions.load_real(str(recorded)), mapper, out=lines.append, rounds=1)
     assert (opts["local_frac"], opts["local_ctx"]) == (0.3, 2)
     assert "fit local_frac + local_ctx = 0.3 + 2 (error 0.0000)" in lines
+
+
+def test_text_prior_is_fitted_on_some_tasks_and_checked_on_a_held_out_one(recorded, tmp_path, monkeypatch):
+    """`calibrate prior`: one set of text knobs for every task, fitted on the tasks left in; --holdout scores the
+    task left out (its held-out prompts) under the prior and under the current defaults. Bad inputs are one line
+    each, before any recording is read."""
+    root = tmp_path / "dec"
+    root.mkdir()
+    for task in ("humaneval", "mtbench"):
+        (root / f"qwen_coder-{task}-12").symlink_to(recorded, target_is_directory=True)
+    monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
+    a = SimpleNamespace(model="qwen_coder", tasks="humaneval,mtbench", root=str(root), max_new_tokens=12,
+                        holdout="mtbench", tokenizer=None, rounds=1, jobs=1)
+    lines: list[str] = []
+    res = decisions.prior_main(a, out=lines.append)
+    grids = dict(decisions.FIT_GRID)
+    assert set(res["prior"]) == {*decisions.PRIOR_KNOBS, "pieces"} and res["prior"]["pieces"] == "bpe"
+    assert all(res["prior"][k] in grids[k] for k in decisions.PRIOR_KNOBS)
+    held = res["tasks"]["mtbench"]
+    assert 0 <= held["score_prior"] <= held["cells"] and 0 <= held["score_defaults"] <= held["cells"]
+    assert "score_prior" not in res["tasks"]["humaneval"]  # fitted on, so not a transfer check
+    assert any(line.startswith("mtbench: fit-prompt error") and "held-out task" in line for line in lines)
+    assert "fitting" in lines[0] and "on the fit prompts of humaneval (" in lines[0]  # mtbench was left out
+    shown = next(line for line in lines if line.startswith("prior (conf/sim/default.yaml"))
+    assert all(f"{k}: {v}" in shown for k, v in res["prior"].items())
+    for bad, msg in (({"tasks": "humaneval,nope"}, "no decision profile for nope"),
+                     ({"holdout": "gsm8k"}, "--holdout must be one of --tasks"),
+                     ({"root": str(tmp_path / "none"), "holdout": None}, "no recorded runs of humaneval"),
+                     ({"rounds": 0}, "--rounds must be >= 1"), ({"jobs": 0}, "--jobs must be >= 1")):
+        with pytest.raises(OuroborosError, match=msg):
+            decisions.prior_main(SimpleNamespace(**{**vars(a), **bad}), out=lines.append)
