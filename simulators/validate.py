@@ -72,7 +72,7 @@ class Task:
     sps_eta: float               # published block efficiency (calibration)
     la_eta: float | None         # (held out)
     ouro_eta: float | None       # (held out)
-    p_copy: float = 0.0          # the surrogate target's copying (not a published figure; `--p-copy`)
+    p_copy: float | None = None  # the surrogate target's copying (not a published figure; `--p-copy`; None: sim's)
     text: tuple[tuple[str, Any], ...] = ()  # the surrogate target's text knobs (`--text decisions`; override p_copy)
 
     def pub_tps(self, m: str) -> float | None:
@@ -109,8 +109,9 @@ def agreement(a: float) -> dict[str, float]:
 
 
 def task_pair(task: Task, a: float, seed: int):
+    copy = {} if task.p_copy is None else {"p_copy": task.p_copy}
     return make_pair(load_conf("model", "yi34b_6b"), base_hardware(),
-                     {"corpus": task.corpus, "p_copy": task.p_copy, **dict(task.text), **agreement(a)}, seed=seed)
+                     {"corpus": task.corpus, **copy, **dict(task.text), **agreement(a)}, seed=seed)
 
 
 # `--text decisions`: the surrogate TARGET's text knobs (how the task's text and a real LM continuing it behave:
@@ -402,10 +403,10 @@ def err(pred: float, pub: float | None) -> str:
 
 def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
           p_copy: dict[str, float] | None = None, profiles: bool = False, text: str = "none") -> list[dict[str, Any]]:
-    """p_copy: the surrogate target's copying per corpus ("code", "prose"; default 0 = none). profiles: predict
-    from the stored calibration profiles (conf/sim/yi34b_6b_<task>.yaml) instead of fitting afresh. text: where the
-    surrogate target's text knobs come from (`text_knobs`: none, or decisions = the real Qwen pair's fits)."""
-    tasks = tuple(replace(t, p_copy=(p_copy or {}).get(t.corpus, 0.0), text=text_knobs(t, text)) for t in TASKS)
+    """p_copy: the surrogate target's copying per corpus ("code", "prose"; default None: the sim's own). profiles:
+    predict from the stored calibration profiles (conf/sim/yi34b_6b_<task>.yaml) instead of fitting afresh. text: where
+    the surrogate target's text knobs come from (`text_knobs`: none, or decisions = the real Qwen pair's fits)."""
+    tasks = tuple(replace(t, p_copy=(p_copy or {}).get(t.corpus), text=text_knobs(t, text)) for t in TASKS)
     if profiles:
         tasks = profile_tasks(tasks)
     cal = profile_calibration(n_prompts, seed, tasks) if profiles else calibrate(n_prompts, seed, sps, tasks)
@@ -519,9 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sps", choices=["hf", "tuned"], default="hf",
                     help="paper: SpS draft length prior: HF assisted-generation schedule, or best fixed gamma per task")
-    ap.add_argument("--p-copy", default="0,0", metavar="CODE,PROSE",
-                    help="paper: the surrogate target's p_copy for the code and the prose tasks, or 'fit' (fitted "
-                         "to HumanEval canonical solutions and MT-Bench reference answers, as copy-rate prints)")
+    ap.add_argument("--p-copy", default="sim", metavar="CODE,PROSE",
+                    help="paper: the surrogate target's p_copy for the code and the prose tasks, 'sim' (the "
+                         "simulator's default, conf/sim/default.yaml) or 'fit' (fitted to HumanEval canonical "
+                         "solutions and MT-Bench reference answers, as copy-rate prints)")
     ap.add_argument("--source", action="append", metavar="SRC[=CORPUS]",
                     help="copy-rate: humaneval, mtbench or a JSONL file of {prompt, completion} lines (=code or "
                          "=prose: the surrogate corpus to compare with); default humaneval=code and mtbench=prose")
@@ -574,7 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def parse_p_copy(spec: str) -> dict[str, float]:
+def parse_p_copy(spec: str) -> dict[str, float] | None:
+    if spec == "sim":
+        return None
     if spec == "fit":
         from simulators.copyrate import fit_sources
 

@@ -63,6 +63,7 @@ def test_cli(tmp_path, capsys):
     assert main(["copy-rate", "--source", f"{src}=code"]) == 2
     assert "missing field 'completion'" in capsys.readouterr().err
     assert parse_p_copy("0.4,0.3") == {"code": 0.4, "prose": 0.3}
+    assert parse_p_copy("sim") is None  # the default: the simulator's own p_copy (conf/sim/default.yaml)
     for bad in ("0.4", "a,b", "2,0"):
         with pytest.raises(OuroborosError, match="--p-copy"):
             parse_p_copy(bad)
