@@ -430,9 +430,12 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
 # The text prior (`fit_prior`): the surrogate TARGET's knobs that describe how a real LM's greedy text behaves
 # (copying, runner-up choices, locality), shared by every task, for the pairs no real run was recorded for (their
 # draft agreement is a profile's own fit). pieces stays bpe (words carry their leading space, as in real tokenizers:
-# their characters per token, docs/simulator-fidelity.md); the corpus follows the task's kind.
-PRIOR_KNOBS = ("induction", "induction_decay", "surprise_copy", "p_copy", "p_top", "pos_grain", "choice_ctx",
-               "local_frac", "local_ctx", "vocab")
+# their characters per token, docs/simulator-fidelity.md); the corpus follows the task's kind. surprise_copy stays
+# off (1.0): on, the surrogate predicts at every step to know whether a token surprised it, which made simulations
+# 2.1x slower (the 27-point grid 87.5 s against its 60 s target), and the fit without it reached the same error
+# (2.394 against 2.396 with surprise_copy 0.75 searched; docs/simulator-fidelity.md, session 11).
+PRIOR_KNOBS = ("induction", "induction_decay", "p_copy", "p_top", "pos_grain", "choice_ctx", "local_frac",
+               "local_ctx", "vocab")
 PRIOR_START = {"induction": 0.0, "induction_decay": 1.0, "surprise_copy": 1.0, "p_copy": 0.0, "p_top": 0.75,
                "pos_grain": 1, "choice_ctx": 0, "local_frac": 0.0, "local_ctx": 1, "vocab": 4096, "pieces": "bpe"}
 CODE_TASKS = ("humaneval", "mbpp")
@@ -582,13 +585,13 @@ def prior_main(a, out=print) -> dict[str, Any]:
     data: dict[str, tuple[dict[str, RealRun], dict[str, Any]]] = {}
     for t in tasks:
         prof = load_profile(own[t])
-        base = {k: v for k, v in prof.items() if k not in (*PRIOR_KNOBS, "pieces", "fit")}
+        base = {k: v for k, v in prof.items() if k not in (*PRIOR_START, "fit")}
         data[t] = (load_real(dirs[t], a.model), {**base, "corpus": task_corpus(t)})
     fit_on = {t: v for t, v in data.items() if t != a.holdout}
     out(f"text prior: fitting {', '.join(PRIOR_KNOBS)} on the fit prompts of {', '.join(fit_on)} ({a.model}; each "
         "task with its own profile's draft agreement and its kind's corpus)")
     prior = fit_prior(fit_on, mapper, out, a.rounds, jobs=a.jobs)
-    knobs = {k: prior[k] for k in (*PRIOR_KNOBS, "pieces")}
+    knobs = {k: prior[k] for k in PRIOR_START}
     defaults = {k: SIM_DEFAULTS[k] for k in knobs}
     out("prior (conf/sim/default.yaml, simulators.pair.SIM_DEFAULTS): "
         + ", ".join(f"{k}: {v}" for k, v in knobs.items()))

@@ -235,7 +235,8 @@ def test_text_prior_is_fitted_on_some_tasks_and_checked_on_a_held_out_one(record
     lines: list[str] = []
     res = decisions.prior_main(a, out=lines.append)
     grids = dict(decisions.FIT_GRID)
-    assert set(res["prior"]) == {*decisions.PRIOR_KNOBS, "pieces"} and res["prior"]["pieces"] == "bpe"
+    assert set(res["prior"]) == {*decisions.PRIOR_KNOBS, "pieces", "surprise_copy"}
+    assert res["prior"]["pieces"] == "bpe" and res["prior"]["surprise_copy"] == 1.0  # fixed, not searched
     assert all(res["prior"][k] in grids[k] for k in decisions.PRIOR_KNOBS)
     held = res["tasks"]["mtbench"]
     assert 0 <= held["score_prior"] <= held["cells"] and 0 <= held["score_defaults"] <= held["cells"]
