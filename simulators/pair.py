@@ -28,23 +28,24 @@ from simulators.profiles import PairProfile
 from simulators.surrogate import IIDDraftLM, NGramLM, NoisyDraftLM
 from simulators.tokens import MODES, prompt_tokenizer, real_tokenizer_dir
 
+# The surrogate target's text knobs are the text prior (conf/sim/default.yaml says how it was fitted).
 SIM_DEFAULTS: dict[str, Any] = {
     "tokens": "surrogate",        # surrogate | iid | replay | proxy
     "corpus": "code",             # surrogate corpus: code | pycode (stdlib packages only) | prose
-    "vocab": 4096,                # surrogate vocabulary
-    "pieces": "words",            # surrogate tokenizer: words (spaces apart) | bpe (words carry their leading space)
+    "vocab": 8192,                # surrogate vocabulary
+    "pieces": "bpe",              # surrogate tokenizer: words (spaces apart) | bpe (words carry their leading space)
                                   # | real (the pair's own tokenizer: the surrogate speaks real token ids)
     "order": 4,                   # n-gram order of the surrogate target
     "p_top": 0.75,                # how often the surrogate target takes its table's top continuation
-    "p_copy": 0.0,                # how often it copies what followed the last two tokens earlier (induction)
+    "p_copy": 0.2,                # how often it copies what followed the last two tokens earlier (induction)
     "copy_window": 256,           # how far back it copies from (tokens)
-    "induction": 0.0,             # match-length copying (0: off): P(copy | the last token alone matched earlier)
+    "induction": 0.2,             # match-length copying (0: off): P(copy | the last token alone matched earlier)
     "induction_decay": 1.0,       # ... P(copy | L matched) = 1 - (1 - induction) * induction_decay^(L - 1)
     "surprise_copy": 1.0,         # ... times this right after a token the target would not have written (1: off)
-    "pos_grain": 1,               # its varied choices depend on the position in blocks of this many tokens
+    "pos_grain": 16,              # its varied choices depend on the position in blocks of this many tokens
     "choice_ctx": 0,              # ... and on this many last tokens (0: all tail_len = 8)
-    "local_frac": 0.0,            # share of contexts whose next token the last `local_ctx` tokens alone decide
-    "local_ctx": 1,               # ... that many last tokens (1..order)
+    "local_frac": 0.2,            # share of contexts whose next token the last `local_ctx` tokens alone decide
+    "local_ctx": 3,               # ... that many last tokens (1..order)
     "alpha_easy": 0.92,           # surrogate draft agreement in easy stretches
     "alpha_hard": 0.45,           # ... in hard stretches
     "hard_frac": 0.25,            # fraction of positions in hard stretches

@@ -51,7 +51,7 @@ ROWS = [
     ("ouroboros.run", ["dataset=text", "dataset.path={tmp}/long.txt", "dataset.ids=[9]"], "no prompt with id '9'"),
     ("ouroboros.run", ["dataset=text", "dataset.path={tmp}/long.txt", "dataset.limit=0"], "dataset.limit must be"),
     ("ouroboros.run", ["dataset=text", "dataset.path={tmp}/long.txt"],
-     "prompt '2' has 5999 tokens, no room in the model context of 4096"),
+     "prompt '2' has 6000 tokens, no room in the model context of 4096"),
     ("ouroboros.sweep", ["dataset=text", "dataset.path={tmp}/long.txt", "sweep=single"], "prompt '2' has"),
     # the simulator: a pair that does not fit says what to type
     ("ouroboros.run", ["hardware=h200"], "use more devices (sim.devices=2 sim.placement=pipeline)"),
@@ -125,7 +125,7 @@ def test_bad_input_is_one_line_and_loses_nothing(tmp_path, module, args, needle)
     (tmp_path / "bad.jsonl").write_text('{"prompt": "ok"}\n{"prompt": "x"\n')
     (tmp_path / "ok.txt").write_text("1 2 3 1 2 4\n")
     (tmp_path / "empty").mkdir()
-    (tmp_path / "long.txt").write_text("def f(a, b):\n" + " ".join(["x = 1"] * 1000) + "\nprint(a)\n")
+    (tmp_path / "long.txt").write_text("def f(a, b):\n" + " ".join(["x = 1"] * 2000) + "\nprint(a)\n")
     before = _files(tmp_path)
     argv = [a.format(tmp=tmp_path, out=out) for a in args]
     if module in ("ouroboros.run", "ouroboros.sweep", "ouroboros.tune"):
@@ -188,7 +188,7 @@ def test_specbench_on_an_empty_records_file(tmp_path):
 
 def test_skip_too_long_drops_those_prompts_with_one_warning(tmp_path):
     text = tmp_path / "p.txt"
-    text.write_text("def f(a, b):\n" + " ".join(["x = 1"] * 1000) + "\nprint(a)\n" + " ".join(["y"] * 5000) + "\n")
+    text.write_text("def f(a, b):\n" + " ".join(["x = 1"] * 2000) + "\nprint(a)\n" + " ".join(["y"] * 5000) + "\n")
     out = tmp_path / "r.jsonl"
     res = run_module("ouroboros.run", "model=llama70b_7b", "dataset=text", f"dataset.path={text}",
                      "dataset.skip_too_long=true", "max_new_tokens=4", "logger=quiet", "strategy=pld", f"out={out}",
