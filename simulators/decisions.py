@@ -21,6 +21,9 @@ alpha_hard, hard_frac, burst_len), the target's copying (p_copy), top-continuati
 of its choices (pos_grain, choice_ctx) and of its confident continuations (local_frac, local_ctx), against every
 run's eta, c, #Match and hit rates (and speculative's per-position acceptance) at once; `--start PROFILE` begins
 from a stored profile's knobs, `--rounds` sets the passes.
+Text prior (`fit_prior`, `python -m simulators.calibrate prior`): the target's text knobs alone, shared by several
+tasks' recordings and fitted on all of them at once; conf/sim/default.yaml holds the result, for every pair with no
+recordings of its own. `--holdout TASK` checks how it transfers to a task it was not fitted on.
 Knows nothing of real models (the real side is traces).
 """
 
