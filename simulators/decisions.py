@@ -509,7 +509,7 @@ def calibrate_main(a) -> int:
         base = {k: start[k] for k in (knob for knob, _ in FIT_GRID) if k in start}
         earlier = start.get("fit") or {}
         start_fit = {"profile": a.start, **{k: earlier[k] for k in ("command", "commit") if k in earlier}}
-    base["corpus"] = a.corpus or base.get("corpus") or ("pycode" if a.task in ("humaneval", "mbpp") else "prose")
+    base["corpus"] = a.corpus or base.get("corpus") or task_corpus(a.task)
     real = load_real(a.dir, a.model)
     for line in unrecorded_notes(real):
         print(line)
