@@ -61,14 +61,16 @@ FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.
     ("p_top", (0.4, 0.5, 0.6, 0.75, 0.85, 0.95)),
     ("pos_grain", (1, 16, 64, 256)),   # position-invariance of the target's choices (Jacobi / pool guesses)
     ("choice_ctx", (0, 6, 4, 3, 2)),   # how local its choices are (0: the whole 8-token tail)
-    ("local_frac", (0.0, 0.1, 0.2, 0.3, 0.4)),  # contexts its last local_ctx tokens alone decide (Jacobi guesses)
-    ("local_ctx", (1, 2, 3)),
+    ("local_frac", (0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0)),  # contexts its last local_ctx tokens alone decide
+    ("local_ctx", (1, 2, 3)),                                     # (Jacobi guesses)
+    ("local_novel", (False, True)),    # ... only where those tokens are new in the context (no loops)
     ("vocab", (4096, 8192)),
     ("pieces", ("words", "bpe", "real")),  # real: the pair's own tokenizer (vocab then unused)
 )
 # Knobs that act only together, searched jointly after the single ones in each round: local_frac does nothing at
-# one local_ctx and overshoots at another, so a one-knob-at-a-time search from local_frac = 0 never moves either.
-FIT_JOINT = (("local_frac", "local_ctx"),)
+# one local_ctx and overshoots at another (and loops the text unless local_novel), so a one-knob-at-a-time search
+# from local_frac = 0 never moves any of them.
+FIT_JOINT = (("local_frac", "local_ctx", "local_novel"),)
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
 SIM_SEEDS = 3                    # the simulated side pools its prompt results over this many surrogate seeds: a
                                  # surrogate statistic is an expectation, not one draw of a 5-prompt x 64-token text
@@ -438,9 +440,10 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
 # 2.1x slower (the 27-point grid 87.5 s against its 60 s target), and the fit without it reached the same error
 # (2.394 against 2.396 with surprise_copy 0.75 searched; docs/simulator-fidelity.md, session 11).
 PRIOR_KNOBS = ("induction", "induction_decay", "p_copy", "p_top", "pos_grain", "choice_ctx", "local_frac",
-               "local_ctx", "vocab")
+               "local_ctx", "local_novel", "vocab")
 PRIOR_START = {"induction": 0.0, "induction_decay": 1.0, "surprise_copy": 1.0, "p_copy": 0.0, "p_top": 0.75,
-               "pos_grain": 1, "choice_ctx": 0, "local_frac": 0.0, "local_ctx": 1, "vocab": 4096, "pieces": "bpe"}
+               "pos_grain": 1, "choice_ctx": 0, "local_frac": 0.0, "local_ctx": 1, "local_novel": False,
+               "vocab": 4096, "pieces": "bpe"}
 CODE_TASKS = ("humaneval", "mbpp")
 
 
@@ -464,11 +467,12 @@ def fit_prior(tasks: dict[str, tuple[dict[str, RealRun], dict[str, Any]]], mappe
 
 
 def joint_grid(knobs: tuple[str, ...], grids: dict[str, tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Every combination of the knobs' grid values, those with local_frac = 0 (where local_ctx does nothing) only
-    once."""
+    """Every combination of the knobs' grid values, those with local_frac = 0 (where the other local knobs do
+    nothing) only once."""
     combos = list(itertools.product(*(grids[k] for k in knobs)))
-    if knobs == ("local_frac", "local_ctx"):
-        combos = [(f, c) for f, c in combos if f or c == grids["local_ctx"][0]]
+    if knobs and knobs[0] == "local_frac":
+        firsts = tuple(grids[k][0] for k in knobs[1:])
+        combos = [c for c in combos if c[0] or c[1:] == firsts]
     return combos
 
 

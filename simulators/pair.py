@@ -46,6 +46,7 @@ SIM_DEFAULTS: dict[str, Any] = {
     "choice_ctx": 0,              # ... and on this many last tokens (0: all tail_len = 8)
     "local_frac": 0.2,            # share of contexts whose next token the last `local_ctx` tokens alone decide
     "local_ctx": 3,               # ... that many last tokens (1..order)
+    "local_novel": False,         # ... only where those tokens did not occur earlier (phrases without loops)
     "alpha_easy": 0.92,           # surrogate draft agreement in easy stretches
     "alpha_hard": 0.45,           # ... in hard stretches
     "hard_frac": 0.25,            # fraction of positions in hard stretches
@@ -106,6 +107,15 @@ def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
         raise OuroborosError(f"sim.prompt_tokens must be one of {', '.join(MODES)}, got {opts['prompt_tokens']!r}")
     if opts["prompt_tokens"] == "ratio" and not (opts["chars_per_token"] and float(opts["chars_per_token"]) > 0):
         raise OuroborosError(f"sim.prompt_tokens=ratio needs sim.chars_per_token > 0, got {opts['chars_per_token']}")
+    for k, default in SIM_DEFAULTS.items():  # the type a default has is the type the option takes
+        v = opts[k]
+        if isinstance(default, bool):
+            if not isinstance(v, bool):
+                raise OuroborosError(f"sim.{k} must be true or false, got {v!r}")
+        elif isinstance(default, int | float) and not (isinstance(v, int | float) and not isinstance(v, bool)):
+            raise OuroborosError(f"sim.{k} must be a number, got {v!r}")
+        elif isinstance(default, int) and not isinstance(default, bool) and isinstance(v, float) and not v.is_integer():
+            raise OuroborosError(f"sim.{k} must be a whole number, got {v!r}")
     if opts["tokens"] not in ("surrogate", "iid", "replay", "proxy"):
         raise OuroborosError(f"unknown sim.tokens {opts['tokens']!r}; known: surrogate, iid, replay, proxy")
     return opts
@@ -182,7 +192,7 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
                      pos_grain=int(opts["pos_grain"]), choice_ctx=int(opts["choice_ctx"]),
                      local_frac=float(opts["local_frac"]), local_ctx=int(opts["local_ctx"]), tokenizer_dir=real_dir,
                      induction=float(opts["induction"]), induction_decay=float(opts["induction_decay"]),
-                     surprise_copy=float(opts["surprise_copy"]))
+                     surprise_copy=float(opts["surprise_copy"]), local_novel=bool(opts["local_novel"]))
         q: Any
         if kind == "iid":
             q = IIDDraftLM(lm, float(opts["alpha"]), seed=seed + 1)

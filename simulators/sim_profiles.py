@@ -43,6 +43,7 @@ FIELD_DOCS = {
     "choice_ctx": "... and the last this many tokens (0: all 8 of the tail)",
     "local_frac": "share of contexts whose next token their last local_ctx tokens alone decide",
     "local_ctx": "... that many last tokens (1..order)",
+    "local_novel": "... only where those tokens did not occur earlier in the window (phrases, no loops)",
     "target_overhead_s": "target's per-forward overhead (s), replacing the hardware's estimate (fitted)",
     "draft_overhead_s": "draft's per-forward overhead (s), replacing the hardware's estimate (fitted)",
     "dtype": "weights' dtype for the cost model",

@@ -263,6 +263,23 @@ def longest_match(window: tuple[int, ...], cap: int) -> tuple[int, int]:
                 return best, tok
 
 
+def occurred(window: tuple[int, ...], k: int) -> bool:
+    """Whether the context's last k >= 1 tokens (`window` reversed: the last token first) occurred earlier in it.
+
+    Golden: context [5, 6, 7, 5, 6] (window (6, 5, 7, 6, 5)): k=2 -> True ("5 6" before), k=3 -> False."""
+    if len(window) <= k:
+        return False
+    head, x, j, end = window[:k], window[0], 0, len(window) - k + 1
+    index = window.index
+    while True:
+        try:
+            j = index(x, j + 1, end)
+        except ValueError:
+            return False
+        if window[j: j + k] == head:
+            return True
+
+
 class NGramLM:
     """Back-off n-gram greedy LM. `p_top`: how often the table's top continuation is taken (else a runner-up,
     chosen by a hash of the position and the last `tail_len` tokens). `p_copy` (induction, as real LMs copy
@@ -285,7 +302,7 @@ class NGramLM:
                  p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256,
                  pieces: str = "words", pos_grain: int = 1, choice_ctx: int = 0, local_frac: float = 0.0,
                  local_ctx: int = 1, tokenizer_dir: str | None = None, induction: float = 0.0,
-                 induction_decay: float = 1.0, surprise_copy: float = 1.0):
+                 induction_decay: float = 1.0, surprise_copy: float = 1.0, local_novel: bool = False):
         if not 1 <= order <= tail_len:
             raise OuroborosError(f"surrogate needs 1 <= order <= tail_len, got {order}, {tail_len}")
         if not 0 <= p_top <= 1:
@@ -312,7 +329,11 @@ class NGramLM:
         self.induction, self.induction_decay = induction, induction_decay
         # p(L) for L = 1..INDUCTION_MAX: the chance that a suffix match of L tokens is copied
         self.induction_p = tuple(1 - (1 - induction) * induction_decay ** (n - 1) for n in range(1, INDUCTION_MAX + 1))
-        self.windowed = bool(p_copy or induction)  # states carry the reversed window
+        # local_novel: the local rule decides only contexts whose last local_ctx tokens did not occur earlier in the
+        # window, so it continues phrases the same way wherever they were begun but never makes the text loop (a
+        # recurring context is continued by the ordinary rules, the fitted copying included)
+        self.local_novel = bool(local_novel) and local_frac > 0
+        self.windowed = bool(p_copy or induction or self.local_novel)  # states carry the reversed window
         # surprise_copy < 1 (with induction): states also carry k = steps since the last token the target would not
         # have written itself (capped at SURPRISE_MAX), and copying is scaled by 1 - (1 - surprise_copy) / 2^k
         self.surprised = bool(induction) and surprise_copy < 1
@@ -411,7 +432,8 @@ class NGramLM:
         """The prediction when match-length copying does not fire."""
         if self.local_frac:
             lk = state[1][-self.local_ctx:]
-            if lk and uniform(hash((lk, self.seed, 13))) < self.local_frac:
+            if lk and uniform(hash((lk, self.seed, 13))) < self.local_frac and not (
+                    self.local_novel and occurred(state[2], len(lk))):
                 return self.pick(self.candidates(lk), uniform(hash((lk, self.seed, 17))))
         key = self.choice_key(state)
         if self.p_copy and uniform(hash((key, self.seed, 11))) < self.p_copy:
@@ -462,12 +484,13 @@ class NGramLM:
         p_copy, copied, grain, cut = self.p_copy, self.copied, self.pos_grain, -self.choice_ctx
         local = grain > 1 or self.choice_ctx < self.tail_len
         windowed = self.windowed
-        lfrac, lcut, pick = self.local_frac, -self.local_ctx, self.pick
+        lfrac, lcut, pick, novel = self.local_frac, -self.local_ctx, self.pick, self.local_novel
 
         def predict(state: State) -> int:
             if lfrac:
                 lk = state[1][lcut:]
-                if lk and (((hash((lk, seed, 13)) * mult) & mask) >> 11) * scale < lfrac:
+                if lk and (((hash((lk, seed, 13)) * mult) & mask) >> 11) * scale < lfrac and not (
+                        novel and occurred(state[2], len(lk))):
                     return pick(candidates(lk), (((hash((lk, seed, 17)) * mult) & mask) >> 11) * scale)
             if local:
                 key = (state[0] // grain, state[1][cut:])

@@ -99,6 +99,9 @@ ROWS = [
     ("ouroboros.sweep", ['sweep.grid=["hardware=a800x2,h200"]', "sweep=single"], "but h200 has 140 GB usable"),
     ("ouroboros.run", ["sim.tokens=oracle"], "unknown sim.tokens 'oracle'"),
     ("ouroboros.run", ["sim.placement=diagonal"], "placement"),
+    ("ouroboros.run", ["sim.local_frac=abc"], "sim.local_frac must be a number, got 'abc'"),
+    ("ouroboros.run", ["sim.local_novel=maybe"], "sim.local_novel must be true or false, got 'maybe'"),
+    ("ouroboros.run", ["sim.vocab=81.5"], "sim.vocab must be a whole number, got 81.5"),
     # files and folders to write
     ("ouroboros.run", ["out={tmp}"], "is a directory"),
     ("ouroboros.run", ["out=/proc/x/r.jsonl"], "out: cannot write"),

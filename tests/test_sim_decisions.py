@@ -206,9 +206,12 @@ def test_prompt_sampling_reference_compares_the_two_real_prompt_sets(recorded):
 
 def test_coupled_knobs_are_searched_jointly(recorded, monkeypatch):
     """local_frac does nothing at local_ctx 1 here and local_ctx nothing at local_frac 0: a one-knob search from
-    (0, 1) stays put; the joint step finds the minimum at (0.3, 2). local_ctx is listed once at local_frac 0."""
+    (0, 1) stays put; the joint step finds the minimum at (0.3, 2). local_ctx and local_novel are listed once at
+    local_frac 0."""
     grid = decisions.joint_grid(("local_frac", "local_ctx"), dict(decisions.FIT_GRID))
     assert (0.0, 1) in grid and (0.0, 2) not in grid and (0.3, 2) in grid and len(grid) == len(set(grid))
+    grid3 = decisions.joint_grid(decisions.FIT_JOINT[0], dict(decisions.FIT_GRID))
+    assert [g for g in grid3 if g[0] == 0.0] == [(0.0, 1, False)] and (0.3, 2, True) in grid3
 
     def fake_error(real, fit_real, opts, mapper_, seeds):
         lf, lc = opts.get("local_frac", 0.0), opts.get("local_ctx", 1)
@@ -218,7 +221,7 @@ def test_coupled_knobs_are_searched_jointly(recorded, monkeypatch):
     lines: list[str] = []
     opts = decisions.fit_profile(decisions.load_real(str(recorded)), mapper, out=lines.append, rounds=1)
     assert (opts["local_frac"], opts["local_ctx"]) == (0.3, 2)
-    assert "fit local_frac + local_ctx = 0.3 + 2 (error 0.0000)" in lines
+    assert "fit local_frac + local_ctx + local_novel = 0.3 + 2 + False (error 0.0000)" in lines
 
 
 def test_text_prior_is_fitted_on_some_tasks_and_checked_on_a_held_out_one(recorded, tmp_path, monkeypatch):

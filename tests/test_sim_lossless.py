@@ -45,6 +45,7 @@ def sim_setups(draw):
     sim["choice_ctx"] = draw(st.sampled_from([0, 0, 3]))
     sim["local_frac"] = draw(st.sampled_from([0.0, 0.0, 0.3, 1.0]))
     sim["local_ctx"] = draw(st.sampled_from([1, 2]))
+    sim["local_novel"] = draw(st.booleans())
     sim["induction"] = draw(st.sampled_from([0.0, 0.0, 0.3, 0.9]))
     sim["induction_decay"] = draw(st.sampled_from([1.0, 0.5]))
     sim["alpha_copy"] = draw(st.sampled_from([None, 1.0, 0.5]))
@@ -89,16 +90,18 @@ def test_context_full_stops_cleanly():
     assert res.output == reference_greedy_lm(pair.target.lm, prompt, 10)
 
 
-@pytest.mark.parametrize("pos_grain,choice_ctx,p_copy,local_frac,local_ctx",
-                         [(1, 0, 0.0, 0.0, 1), (16, 0, 0.0, 0.0, 1), (1, 3, 0.5, 0.0, 1), (64, 2, 1.0, 0.0, 1),
-                          (1, 0, 0.0, 0.3, 1), (1, 6, 0.6, 0.4, 2), (16, 3, 0.3, 1.0, 3)])
-def test_fast_predict_equals_reference_with_local_choices(pos_grain, choice_ctx, p_copy, local_frac, local_ctx):
-    """The target's hot path with position-coarse / local choices (sim.pos_grain, sim.choice_ctx, sim.local_frac)
-    is its reference."""
+@pytest.mark.parametrize("pos_grain,choice_ctx,p_copy,local_frac,local_ctx,local_novel",
+                         [(1, 0, 0.0, 0.0, 1, False), (16, 0, 0.0, 0.0, 1, False), (1, 3, 0.5, 0.0, 1, False),
+                          (64, 2, 1.0, 0.0, 1, False), (1, 0, 0.0, 0.3, 1, False), (1, 6, 0.6, 0.4, 2, False),
+                          (16, 3, 0.3, 1.0, 3, False), (1, 0, 0.0, 1.0, 2, True), (16, 3, 0.3, 0.6, 1, True)])
+def test_fast_predict_equals_reference_with_local_choices(pos_grain, choice_ctx, p_copy, local_frac, local_ctx,
+                                                          local_novel):
+    """The target's hot path with position-coarse / local choices (sim.pos_grain, sim.choice_ctx, sim.local_frac,
+    sim.local_novel) is its reference."""
     from simulators.surrogate import NGramLM
 
     lm = NGramLM("code", 4096, pos_grain=pos_grain, choice_ctx=choice_ctx, p_copy=p_copy, p_top=0.5,
-                 local_frac=local_frac, local_ctx=local_ctx)
+                 local_frac=local_frac, local_ctx=local_ctx, local_novel=local_novel)
     ids = lm.prompts(3, 0)
     for prompt in ids:
         st_ = lm.start()
@@ -129,6 +132,51 @@ def test_local_contexts_are_decided_by_their_last_tokens_alone():
             assert 0.5 <= agree < 1.0
         else:
             assert agree < 0.5
+
+
+def test_novel_local_contexts_continue_phrases_without_looping():
+    """sim.local_novel: every context decided by the local rule (local_frac 1) continues its last 2 tokens the same
+    way after garbled earlier tokens, as long as those 2 tokens are new in the context; but the greedy text does not
+    loop, unlike the plain local rule's, whose deterministic 2-token map soon cycles (it repeats what followed the
+    last 2 tokens earlier at almost every position)."""
+    from simulators.surrogate import NGramLM, occurred
+
+    tails = [tuple(p[-8:]) for p in NGramLM("code", 4096).prompts(200, 2)]
+    lm = NGramLM("code", 4096, local_frac=1.0, local_ctx=2, p_top=0.5, local_novel=True)
+    garbled = [(t[0] + 1,) * 6 + t[-2:] for t in tails]
+    pairs = [(t, g) for t, g in zip(tails, garbled, strict=True) if t[-1] != t[-2]]
+    assert all(not occurred(g[::-1], 2) for _, g in pairs)
+    assert all(lm.predict((64, t, t[::-1])) == lm.predict((65, g, g[::-1])) for t, g in pairs
+               if not occurred(t[::-1], 2))
+
+    def repeat_rate(lm_, prompt, n=300):
+        st_, out = lm_.start(), list(prompt)
+        for t in prompt:
+            st_ = lm_.step(st_, t)
+        rep = 0
+        for _ in range(n):
+            nxt = lm_.predict(st_)
+            w = tuple(reversed(out))
+            rep += NGramLM.copied(w) == nxt
+            out.append(nxt)
+            st_ = lm_.step(st_, nxt)
+        return rep / n
+
+    prompts = NGramLM("code", 4096).prompts(4, 5)
+    plain = NGramLM("code", 4096, local_frac=1.0, local_ctx=2, p_top=0.5)
+    loops = [repeat_rate(plain, p) for p in prompts]
+    novel = [repeat_rate(lm, p) for p in prompts]
+    assert min(loops) > 0.9
+    assert max(novel) < 0.5
+
+
+def test_golden_occurred():
+    from simulators.surrogate import occurred
+
+    assert occurred((6, 5, 7, 6, 5), 2) and not occurred((6, 5, 7, 6, 5), 3)  # context 5 6 7 5 6
+    assert occurred((6, 5, 7, 6, 5), 1) and not occurred((1, 2, 3), 1)
+    assert occurred((3, 3), 1) and not occurred((3,), 1) and not occurred((), 1)
+    assert not occurred((1, 2, 1), 2) and occurred((1, 2, 1, 2), 2)
 
 
 def test_coarse_position_choices_repeat_a_phrase_a_few_tokens_later():
