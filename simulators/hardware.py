@@ -47,6 +47,12 @@ class Hardware:
             raise OuroborosError(f"hardware profile has no field {unknown[0]!r}; fields: {', '.join(sorted(known))}")
         if "name" not in d:
             raise OuroborosError("hardware profile needs a name")
+        for f in fields(cls):  # numbers where numbers belong, before anything compares them
+            v = d.get(f.name)
+            if f.type in ("int", "float") and v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+                raise OuroborosError(f"hardware {d.get('name')!r}: {f.name} must be a number, got {v!r}")
+            if f.type == "int" and isinstance(v, float) and not v.is_integer():
+                raise OuroborosError(f"hardware {d.get('name')!r}: {f.name} must be a whole number, got {v!r}")
         try:
             hw = cls(**d)
         except TypeError as e:

@@ -94,6 +94,11 @@ class SimPair:
         return self._prompt_fn(n, seed)
 
 
+# options that are unset (null) by default and a number when set
+OPTIONAL_NUMBERS = ("alpha_copy", "devices", "t_target_s", "t_draft_s", "target_overhead_s", "draft_overhead_s",
+                    "chars_per_token")
+
+
 def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
     opts = dict(SIM_DEFAULTS)
     for k, v in (sim or {}).items():
@@ -109,6 +114,10 @@ def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
         raise OuroborosError(f"sim.prompt_tokens=ratio needs sim.chars_per_token > 0, got {opts['chars_per_token']}")
     for k, default in SIM_DEFAULTS.items():  # the type a default has is the type the option takes
         v = opts[k]
+        if default is None and k in OPTIONAL_NUMBERS:
+            default = 1 if k == "devices" else 1.0
+            if v is None:
+                continue
         if isinstance(default, bool):
             if not isinstance(v, bool):
                 raise OuroborosError(f"sim.{k} must be true or false, got {v!r}")

@@ -102,6 +102,9 @@ ROWS = [
     ("ouroboros.run", ["sim.local_frac=abc"], "sim.local_frac must be a number, got 'abc'"),
     ("ouroboros.run", ["sim.local_novel=maybe"], "sim.local_novel must be true or false, got 'maybe'"),
     ("ouroboros.run", ["sim.vocab=81.5"], "sim.vocab must be a whole number, got 81.5"),
+    ("ouroboros.run", ["sim.t_target_s=abc"], "sim.t_target_s must be a number, got 'abc'"),
+    ("ouroboros.run", ["sim.devices=1.5"], "sim.devices must be a whole number, got 1.5"),
+    ("ouroboros.run", ["hardware.mem_bw_gb_s=fast"], "hardware 'a800x2': mem_bw_gb_s must be a number, got 'fast'"),
     # files and folders to write
     ("ouroboros.run", ["out={tmp}"], "is a directory"),
     ("ouroboros.run", ["out=/proc/x/r.jsonl"], "out: cannot write"),
