@@ -90,6 +90,8 @@ ROWS = [
     ("simulators.validate", ["paper", "--bogus"], "unrecognized arguments: --bogus"),
     ("simulators.calibrate", ["--bogus"], "unrecognized arguments: --bogus"),
     ("simulators.bench", ["fast"], "argument what: invalid choice"),
+    ("ouroboros.bench.forward", ["--threads", "0"], "--threads >= 1"),
+    ("ouroboros.bench.forward", ["--ks", "1,x"], "--ks must be comma-separated whole numbers, got '1,x'"),
     ("simulators.realcheck", ["--bogus"], "unrecognized arguments: --bogus"),
     ("analysis", ["{tmp}/nope.jsonl"], "no records at"),
     ("analysis", ["{tmp}/empty"], "no records in"),

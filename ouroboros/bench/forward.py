@@ -33,9 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     from ouroboros.argparser import parse_kind
     from ouroboros.models import load_pair, upcast_bf16_linears
 
-    ks = [int(k) for k in a.ks.split(",")]
-    if min(ks) < 1 or a.ctx < 1 or a.repeats < 1:
-        raise OuroborosError("--ks need k >= 1, --ctx >= 1 and --repeats >= 1")
+    try:
+        ks = [int(k) for k in a.ks.split(",")]
+    except ValueError:
+        raise OuroborosError(f"--ks must be comma-separated whole numbers, got {a.ks!r}") from None
+    if min(ks) < 1 or a.ctx < 1 or a.repeats < 1 or a.threads < 1:
+        raise OuroborosError("--ks need k >= 1, --ctx >= 1, --repeats >= 1 and --threads >= 1")
     torch.set_num_threads(a.threads)
     torch.set_grad_enabled(False)
     cfg = parse_kind(a.model, "model")
