@@ -341,7 +341,13 @@ def main(argv: list[str] | None = None) -> int:
             raise OuroborosError(f"--batches takes comma-separated integers, got {a.batches!r}") from None
         if min(batches) < 1:
             raise OuroborosError(f"--batches must be >= 1, got {a.batches}")
-    load_conf("hardware", a.hardware)  # a bad profile name fails before any model is loaded
+    try:
+        load_conf("hardware", a.hardware)  # a bad profile name fails before any model is loaded
+    except OuroborosError as e:
+        if a.hardware != "cpu_local":
+            raise
+        raise OuroborosError(f"{e}: cpu_local is this machine's fitted clock; write it first with "
+                             "`python -m simulators.calibrate` (or pass --hardware <name>)") from None
     load_conf("model", a.sim_model)
     if a.batched_only and not batches:
         raise OuroborosError("--batched-only needs --batches")
