@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.strategies import check_type
 
 PLACEMENTS = ("single", "pipeline", "tensor")
 ATTENTION = ("fused", "eager")
@@ -48,11 +49,12 @@ class Hardware:
         if "name" not in d:
             raise OuroborosError("hardware profile needs a name")
         for f in fields(cls):  # numbers where numbers belong, before anything compares them
-            v = d.get(f.name)
-            if f.type in ("int", "float") and v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
-                raise OuroborosError(f"hardware {d.get('name')!r}: {f.name} must be a number, got {v!r}")
-            if f.type == "int" and isinstance(v, float) and not v.is_integer():
-                raise OuroborosError(f"hardware {d.get('name')!r}: {f.name} must be a whole number, got {v!r}")
+            if f.type in ("int", "float") and f.name in d:
+                try:
+                    check_type(d[f.name], int if f.type == "int" else float)
+                except TypeError as e:
+                    raise OuroborosError(f"hardware {d.get('name')!r}: {f.name} must be {e}, "
+                                         f"got {d[f.name]!r}") from None
         try:
             hw = cls(**d)
         except TypeError as e:

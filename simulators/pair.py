@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.strategies import check_type
 from ouroboros.datasets import Prompt
 from simulators.backend import ProxyBackend, SimBackend, SimClock
 from simulators.cost_model import CostModel, check_fits, from_spec, scaled_to
@@ -94,9 +95,10 @@ class SimPair:
         return self._prompt_fn(n, seed)
 
 
-# options that are unset (null) by default and a number when set
-OPTIONAL_NUMBERS = ("alpha_copy", "devices", "t_target_s", "t_draft_s", "target_overhead_s", "draft_overhead_s",
-                    "chars_per_token")
+# the types of the options unset (null) by default; every other option takes the type of its default
+OPTIONAL_TYPES: dict[str, Any] = {"alpha_copy": float | None, "devices": int | None, "t_target_s": float | None,
+                                  "t_draft_s": float | None, "target_overhead_s": float | None,
+                                  "draft_overhead_s": float | None, "chars_per_token": float | None}
 
 
 def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
@@ -105,6 +107,14 @@ def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
         if k not in SIM_DEFAULTS:
             raise OuroborosError(f"sim has no option {k!r}; options: {', '.join(sorted(SIM_DEFAULTS))}")
         opts[k] = v
+    for k, default in SIM_DEFAULTS.items():
+        hint = OPTIONAL_TYPES.get(k, type(default))
+        if default is None and k not in OPTIONAL_TYPES:
+            continue
+        try:
+            check_type(opts[k], hint)
+        except TypeError as e:
+            raise OuroborosError(f"sim.{k} must be {e}, got {opts[k]!r}") from None
     for k in ("target_overhead_s", "draft_overhead_s"):
         if opts[k] is not None and float(opts[k]) < 0:
             raise OuroborosError(f"sim.{k} must be >= 0, got {opts[k]}")
@@ -112,19 +122,6 @@ def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
         raise OuroborosError(f"sim.prompt_tokens must be one of {', '.join(MODES)}, got {opts['prompt_tokens']!r}")
     if opts["prompt_tokens"] == "ratio" and not (opts["chars_per_token"] and float(opts["chars_per_token"]) > 0):
         raise OuroborosError(f"sim.prompt_tokens=ratio needs sim.chars_per_token > 0, got {opts['chars_per_token']}")
-    for k, default in SIM_DEFAULTS.items():  # the type a default has is the type the option takes
-        v = opts[k]
-        if default is None and k in OPTIONAL_NUMBERS:
-            default = 1 if k == "devices" else 1.0
-            if v is None:
-                continue
-        if isinstance(default, bool):
-            if not isinstance(v, bool):
-                raise OuroborosError(f"sim.{k} must be true or false, got {v!r}")
-        elif isinstance(default, int | float) and not (isinstance(v, int | float) and not isinstance(v, bool)):
-            raise OuroborosError(f"sim.{k} must be a number, got {v!r}")
-        elif isinstance(default, int) and not isinstance(default, bool) and isinstance(v, float) and not v.is_integer():
-            raise OuroborosError(f"sim.{k} must be a whole number, got {v!r}")
     if opts["tokens"] not in ("surrogate", "iid", "replay", "proxy"):
         raise OuroborosError(f"unknown sim.tokens {opts['tokens']!r}; known: surrogate, iid, replay, proxy")
     return opts
