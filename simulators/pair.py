@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ouroboros.backends.base import Backend, OuroborosError
-from ouroboros.strategies import check_type
 from ouroboros.datasets import Prompt
+from ouroboros.strategies import check_type
 from simulators.backend import ProxyBackend, SimBackend, SimClock
 from simulators.cost_model import CostModel, check_fits, from_spec, scaled_to
 from simulators.hardware import Hardware
