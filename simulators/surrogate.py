@@ -263,23 +263,6 @@ def longest_match(window: tuple[int, ...], cap: int) -> tuple[int, int]:
                 return best, tok
 
 
-def occurred(window: tuple[int, ...], k: int) -> bool:
-    """Whether the context's last k >= 1 tokens (`window` reversed: the last token first) occurred earlier in it.
-
-    Golden: context [5, 6, 7, 5, 6] (window (6, 5, 7, 6, 5)): k=2 -> True ("5 6" before), k=3 -> False."""
-    if len(window) <= k:
-        return False
-    head, x, j, end = window[:k], window[0], 0, len(window) - k + 1
-    index = window.index
-    while True:
-        try:
-            j = index(x, j + 1, end)
-        except ValueError:
-            return False
-        if window[j: j + k] == head:
-            return True
-
-
 class NGramLM:
     """Back-off n-gram greedy LM. `p_top`: how often the table's top continuation is taken (else a runner-up,
     chosen by a hash of the position and the last `tail_len` tokens). `p_copy` (induction, as real LMs copy
@@ -433,7 +416,7 @@ class NGramLM:
         if self.local_frac:
             lk = state[1][-self.local_ctx:]
             if lk and uniform(hash((lk, self.seed, 13))) < self.local_frac and not (
-                    self.local_novel and occurred(state[2], len(lk))):
+                    self.local_novel and longest_match(state[2], len(lk))[0] == len(lk)):
                 return self.pick(self.candidates(lk), uniform(hash((lk, self.seed, 17))))
         key = self.choice_key(state)
         if self.p_copy and uniform(hash((key, self.seed, 11))) < self.p_copy:
@@ -490,7 +473,7 @@ class NGramLM:
             if lfrac:
                 lk = state[1][lcut:]
                 if lk and (((hash((lk, seed, 13)) * mult) & mask) >> 11) * scale < lfrac and not (
-                        novel and occurred(state[2], len(lk))):
+                        novel and longest_match(state[2], len(lk))[0] == len(lk)):
                     return pick(candidates(lk), (((hash((lk, seed, 17)) * mult) & mask) >> 11) * scale)
             if local:
                 key = (state[0] // grain, state[1][cut:])
