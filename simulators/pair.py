@@ -48,6 +48,8 @@ SIM_DEFAULTS: dict[str, Any] = {
     "local_frac": 0.2,            # share of contexts whose next token the last `local_ctx` tokens alone decide
     "local_ctx": 3,               # ... that many last tokens (1..order)
     "local_novel": False,         # ... only where those tokens did not occur earlier (phrases without loops)
+    "forgive": 0.0,               # P(the target reads a wrong token as its own one and goes on as it would have)
+    "forgive_run": 3,             # ... only after at least this many tokens it would have written itself
     "alpha_easy": 0.92,           # surrogate draft agreement in easy stretches
     "alpha_hard": 0.45,           # ... in hard stretches
     "hard_frac": 0.25,            # fraction of positions in hard stretches
@@ -198,7 +200,8 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
                      pos_grain=int(opts["pos_grain"]), choice_ctx=int(opts["choice_ctx"]),
                      local_frac=float(opts["local_frac"]), local_ctx=int(opts["local_ctx"]), tokenizer_dir=real_dir,
                      induction=float(opts["induction"]), induction_decay=float(opts["induction_decay"]),
-                     surprise_copy=float(opts["surprise_copy"]), local_novel=bool(opts["local_novel"]))
+                     surprise_copy=float(opts["surprise_copy"]), local_novel=bool(opts["local_novel"]),
+                     forgive=float(opts["forgive"]), forgive_run=int(opts["forgive_run"]))
         q: Any
         if kind == "iid":
             q = IIDDraftLM(lm, float(opts["alpha"]), seed=seed + 1)

@@ -44,6 +44,8 @@ FIELD_DOCS = {
     "local_frac": "share of contexts whose next token their last local_ctx tokens alone decide",
     "local_ctx": "... that many last tokens (1..order)",
     "local_novel": "... only where those tokens did not occur earlier in the window (phrases, no loops)",
+    "forgive": "P(the target reads a token it would not have written as its own and goes on as it would have)",
+    "forgive_run": "... only after at least this many tokens it would have written itself",
     "target_overhead_s": "target's per-forward overhead (s), replacing the hardware's estimate (fitted)",
     "draft_overhead_s": "draft's per-forward overhead (s), replacing the hardware's estimate (fitted)",
     "dtype": "weights' dtype for the cost model",

@@ -235,6 +235,7 @@ def ngram_table(kind: str, vocab_size: int, order: int, top: int, style: str = "
 
 
 INDUCTION_MAX = 16  # longest suffix match match-length copying looks for (tokens)
+FORGIVE_CTX = 3     # tail tokens (with the wrong token) that decide whether the target reads past it (sim.forgive)
 SURPRISE_MAX = 4    # steps after a token the target would not have written at which copying counts as recovered
 
 
@@ -285,7 +286,8 @@ class NGramLM:
                  p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256,
                  pieces: str = "words", pos_grain: int = 1, choice_ctx: int = 0, local_frac: float = 0.0,
                  local_ctx: int = 1, tokenizer_dir: str | None = None, induction: float = 0.0,
-                 induction_decay: float = 1.0, surprise_copy: float = 1.0, local_novel: bool = False):
+                 induction_decay: float = 1.0, surprise_copy: float = 1.0, local_novel: bool = False,
+                 forgive: float = 0.0, forgive_run: int = 3):
         if not 1 <= order <= tail_len:
             raise OuroborosError(f"surrogate needs 1 <= order <= tail_len, got {order}, {tail_len}")
         if not 0 <= p_top <= 1:
@@ -308,7 +310,18 @@ class NGramLM:
             raise OuroborosError(f"surrogate induction_decay must be in [0, 1], got {induction_decay}")
         if not 0 <= surprise_copy <= 1:
             raise OuroborosError(f"surrogate surprise_copy must be in [0, 1], got {surprise_copy}")
+        if not 0 <= forgive <= 1:
+            raise OuroborosError(f"surrogate forgive must be in [0, 1], got {forgive}")
+        if forgive_run < 1:
+            raise OuroborosError(f"surrogate forgive_run must be >= 1, got {forgive_run}")
         self.p_copy, self.copy_window, self.pos_grain = p_copy, copy_window, pos_grain
+        # forgive > 0: after at least forgive_run tokens it would have written itself, the target reads a token it
+        # would not have written (a draft's or a Jacobi cell's wrong guess) as its own one with this probability
+        # (a hash of the last FORGIVE_CTX tail tokens and the token): its tail then holds its own token, so it goes
+        # on as it would have, as a real LM often does after a wrong token (lookahead's Jacobi guesses rely on it).
+        # The copy window keeps the token as written. States carry the run of own tokens last (capped at forgive_run).
+        self.forgive, self.forgive_run = float(forgive), int(forgive_run)
+        self.forgiving = self.forgive > 0
         self.induction, self.induction_decay = induction, induction_decay
         # p(L) for L = 1..INDUCTION_MAX: the chance that a suffix match of L tokens is copied
         self.induction_p = tuple(1 - (1 - induction) * induction_decay ** (n - 1) for n in range(1, INDUCTION_MAX + 1))
@@ -338,19 +351,34 @@ class NGramLM:
         self.predict: Callable[[State], int] = self._fast_predict()
 
     def start(self) -> State:
+        run = (0,) if self.forgiving else ()
         if self.surprised:
-            return (0, (), (), SURPRISE_MAX)
-        return (0, (), ()) if self.windowed else (0, ())
+            return (0, (), (), SURPRISE_MAX) + run
+        return ((0, (), ()) if self.windowed else (0, ())) + run
+
+    def forgiven(self, state: State, token: int) -> bool:
+        """Whether the target reads `token` (one it would not have written at `state`) as its own (see forgive)."""
+        return state[-1] >= self.forgive_run and uniform(hash((state[1][-FORGIVE_CTX:], token, self.seed, 29))) < \
+            self.forgive
 
     def reference_step(self, state: State, token: int) -> State:
-        tail = state[1] + (token,)
+        own = self.reference_predict(state) if self.surprised or self.forgiving else token
+        read, run = token, ()
+        if self.forgiving:
+            if token == own:
+                run = (min(state[-1] + 1, self.forgive_run),)
+            elif self.forgiven(state, token):
+                read, run = own, (min(state[-1] + 1, self.forgive_run),)
+            else:
+                run = (0,)
+        tail = state[1] + (read,)
         out = (state[0] + 1, tail[-self.tail_len:] if len(tail) > self.tail_len else tail)
         if self.surprised:
-            k = 0 if token != self.reference_predict(state) else min(state[3] + 1, SURPRISE_MAX)
-            return out + (((token,) + state[2])[: self.copy_window], k)
+            k = 0 if read != own else min(state[3] + 1, SURPRISE_MAX)
+            return out + (((token,) + state[2])[: self.copy_window], k) + run
         if self.windowed:
-            return out + (((token,) + state[2])[: self.copy_window],)
-        return out
+            return out + (((token,) + state[2])[: self.copy_window],) + run
+        return out + run
 
     def induced(self, state: State) -> int | None:
         """The token match-length copying takes at this state (see the class doc), or None (no match, the coin
@@ -434,6 +462,9 @@ class NGramLM:
         def step_copy(state: State, token: int) -> State:
             return (state[0] + 1, (state[1] + (token,))[cut:], ((token,) + state[2])[:win])
 
+        if self.forgiving:
+            self._memo: dict[int, tuple[State, int]] = {}
+            return self._forgiving_step(cut, win)
         if self.surprised:
             top = SURPRISE_MAX
 
@@ -444,17 +475,59 @@ class NGramLM:
             return step_surprise
         return step_copy if self.windowed else step
 
+    def _forgiving_step(self, cut: int, win: int) -> Callable[[State, int], State]:
+        """`reference_step` with sim.forgive on."""
+        need, r, seed, fcut = self.forgive_run, self.forgive, self.seed, -FORGIVE_CTX
+        mult, mask, scale = _GOLDEN, _MASK64, _INV53
+        surprised, windowed, top = self.surprised, self.windowed, SURPRISE_MAX
+
+        def step(state: State, token: int) -> State:
+            own, run = self.predict(state), state[-1]   # memoised (`_fast_predict`): a strategy reads it too
+            read = token
+            if token == own:
+                run = run + 1 if run < need else need
+            elif run >= need and (((hash((state[1][fcut:], token, seed, 29)) * mult) & mask) >> 11) * scale < r:
+                read, run = own, (run + 1 if run < need else need)
+            else:
+                run = 0
+            tail = (state[1] + (read,))[cut:]
+            if surprised:
+                k = 0 if read != own else min(state[3] + 1, top)
+                return (state[0] + 1, tail, ((token,) + state[2])[:win], k, run)
+            if windowed:
+                return (state[0] + 1, tail, ((token,) + state[2])[:win], run)
+            return (state[0] + 1, tail, run)
+
+        return step
+
     def _fast_predict(self) -> Callable[[State], int]:
         rest = self.rest = self._fast_rest()
-        if not self.induction:
-            return rest
-        induced = self.induced
+        if self.induction:
+            induced = self.induced
 
-        def predict(state: State) -> int:
-            c = induced(state)
-            return rest(state) if c is None else c
+            def predict(state: State) -> int:
+                c = induced(state)
+                return rest(state) if c is None else c
+        else:
+            predict = rest
+        if not self.forgiving:
+            return predict
+        # With sim.forgive every step predicts at the state it leaves, which the decode loop has usually just asked
+        # for (or will): keep the last predictions by state identity (the memo holds the states, so an id is never
+        # reused while its entry lives; a prediction is a pure function of the state).
+        memo, plain = self._memo, predict
 
-        return predict
+        def predict_memo(state: State) -> int:
+            hit = memo.get(id(state))
+            if hit is not None and hit[0] is state:
+                return hit[1]
+            v = plain(state)
+            if len(memo) >= 4096:
+                memo.clear()
+            memo[id(state)] = (state, v)
+            return v
+
+        return predict_memo
 
     def _fast_rest(self) -> Callable[[State], int]:
         """`reference_rest` with the back-off search memoised per context (the last `order` tokens decide it,
@@ -466,7 +539,7 @@ class NGramLM:
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
         p_copy, copied, grain, cut = self.p_copy, self.copied, self.pos_grain, -self.choice_ctx
         local = grain > 1 or self.choice_ctx < self.tail_len
-        windowed = self.windowed
+        windowed, forgiving = self.windowed, self.forgiving
         lfrac, lcut, pick, novel = self.local_frac, -self.local_ctx, self.pick, self.local_novel
 
         def predict(state: State) -> int:
@@ -487,7 +560,7 @@ class NGramLM:
                     cp = copied(state[2])
                     if cp is not None:
                         return cp
-            elif windowed:
+            elif windowed or forgiving:
                 key = state[:2]
             else:
                 key = state

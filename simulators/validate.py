@@ -119,7 +119,7 @@ def task_pair(task: Task, a: float, seed: int):
 # recorded greedy runs on a task of the same kind (simulators/decisions.py); the DRAFT's agreement is still fitted to
 # the Yi pair's own SpS figures. No published figure enters these knobs.
 TEXT_KNOBS = ("corpus", "induction", "induction_decay", "surprise_copy", "p_copy", "p_top", "pos_grain", "choice_ctx",
-              "local_frac", "local_ctx", "local_novel", "vocab", "pieces")
+              "local_frac", "local_ctx", "local_novel", "forgive", "forgive_run", "vocab", "pieces")
 CODE_CORPORA = ("code", "pycode")   # the corpora a code task may run on (pycode: stdlib packages, not REST's modules)
 TEXT_PROFILES = {"HumanEval": "qwen_coder_humaneval", "MBPP": "qwen_coder_humaneval", "GSM8K": "qwen_coder_gsm8k",
                  "CNN/DM": "qwen_coder_mtbench", "WMT16": "qwen_coder_mtbench"}

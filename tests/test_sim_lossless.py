@@ -50,6 +50,8 @@ def sim_setups(draw):
     sim["induction_decay"] = draw(st.sampled_from([1.0, 0.5]))
     sim["alpha_copy"] = draw(st.sampled_from([None, 1.0, 0.5]))
     sim["surprise_copy"] = draw(st.sampled_from([1.0, 0.4]))
+    sim["forgive"] = draw(st.sampled_from([0.0, 0.0, 0.5, 1.0]))
+    sim["forgive_run"] = draw(st.sampled_from([1, 3]))
     sim["corpus"] = draw(st.sampled_from(["code", "pycode"]))
     return sim
 
@@ -171,6 +173,71 @@ def test_novel_local_contexts_continue_phrases_without_looping():
     novel = [repeat_rate(lm, p) for p in prompts]
     assert min(loops) > 0.9
     assert max(novel) < 0.5
+
+
+@pytest.mark.parametrize("kw", [{"forgive": 0.5}, {"forgive": 0.5, "p_copy": 0.3, "pos_grain": 16},
+                                {"forgive": 1.0, "forgive_run": 1, "induction": 0.2, "surprise_copy": 0.5},
+                                {"forgive": 0.3, "local_frac": 0.3, "local_ctx": 2, "local_novel": True}])
+def test_forgiving_fast_step_equals_reference(kw):
+    """sim.forgive: the hot step (and predict) equal their references on prompts, on the target's own text and after
+    wrong tokens (every fifth token of the continuation)."""
+    from simulators.surrogate import NGramLM
+
+    lm = NGramLM("code", 4096, p_top=0.5, **kw)
+    for prompt in lm.prompts(3, 0):
+        st_ = lm.start()
+        for t in prompt:
+            assert lm.predict(st_) == lm.reference_predict(st_)
+            nxt_state = lm.step(st_, t)
+            assert nxt_state == lm.reference_step(st_, t)
+            st_ = nxt_state
+        for i in range(60):
+            own = lm.predict(st_)
+            assert own == lm.reference_predict(st_)
+            tok = own if i % 5 else own % 4000 + 1
+            nxt_state = lm.step(st_, tok)
+            assert nxt_state == lm.reference_step(st_, tok)
+            st_ = nxt_state
+
+
+def test_forgiven_token_is_read_as_the_targets_own():
+    """sim.forgive 1: after forgive_run own tokens, a wrong token leaves the target's predictions as they would have
+    been after its own token (its text goes on unchanged: what keeps a real LM's Jacobi guesses right after a wrong
+    cell), while the copy window keeps the token written. After tokens it would not have written (a random prompt)
+    nothing is forgiven, and with forgive 0 a wrong token changes the context."""
+    import random
+
+    from simulators.surrogate import NGramLM
+
+    lm = NGramLM("code", 4096, p_top=0.5, forgive=1.0, forgive_run=3)
+    windowed = NGramLM("code", 4096, p_top=0.5, p_copy=0.3, forgive=1.0, forgive_run=3)
+    off = NGramLM("code", 4096, p_top=0.5)
+    same = changed = prompt_runs = 0
+    for prompt in lm.prompts(20, 3):
+        st_, st0, stw = lm.start(), off.start(), windowed.start()
+        for t in prompt:
+            st_, st0, stw = lm.step(st_, t), off.step(st0, t), windowed.step(stw, t)
+        for _ in range(3):  # three own tokens
+            st_, st0 = lm.step(st_, lm.predict(st_)), off.step(st0, off.predict(st0))
+            stw = windowed.step(stw, windowed.predict(stw))
+        own = lm.predict(st_)
+        wrong = own % 4000 + 1
+        same += lm.predict(lm.step(st_, own)) == lm.predict(lm.step(st_, wrong))
+        c, d = off.step(st0, own), off.step(st0, wrong)
+        changed += off.predict(c) != off.predict(d)
+        own_w = windowed.predict(stw)
+        wrong_w = own_w % 4000 + 1
+        a, b = windowed.step(stw, own_w), windowed.step(stw, wrong_w)
+        assert b[1] == a[1] and b[2][0] == wrong_w and a[2][0] == own_w  # read as its own, written as it was
+    assert same == 20
+    assert changed >= 5
+    rng = random.Random(0)
+    for _ in range(20):
+        st_ = lm.start()
+        for t in [rng.randrange(1, 4000) for _ in range(30)]:
+            st_ = lm.step(st_, t)
+        prompt_runs += st_[-1] >= 3
+    assert prompt_runs <= 2
 
 
 def test_coarse_position_choices_repeat_a_phrase_a_few_tokens_later():
