@@ -363,7 +363,8 @@ class NGramLM:
 
     def reference_step(self, state: State, token: int) -> State:
         own = self.reference_predict(state) if self.surprised or self.forgiving else token
-        read, run = token, ()
+        read = token
+        run: tuple[int, ...] = ()
         if self.forgiving:
             if token == own:
                 run = (min(state[-1] + 1, self.forgive_run),)
@@ -502,14 +503,15 @@ class NGramLM:
 
     def _fast_predict(self) -> Callable[[State], int]:
         rest = self.rest = self._fast_rest()
+        predict: Callable[[State], int] = rest
         if self.induction:
             induced = self.induced
 
-            def predict(state: State) -> int:
+            def predict_induced(state: State) -> int:
                 c = induced(state)
                 return rest(state) if c is None else c
-        else:
-            predict = rest
+
+            predict = predict_induced
         if not self.forgiving:
             return predict
         # With sim.forgive every step predicts at the state it leaves, which the decode loop has usually just asked
