@@ -531,7 +531,8 @@ def calibrate_main(a) -> int:
                       "max_new_tokens": next(iter(real.values())).budget},
            "inputs_source": "real greedy runs of the pair recorded by simulators.realcheck (traces kept in the cache "
                             "directory, not in git); no published figure is used",
-           "method": f"simulators.decisions.fit_profile: coordinate search of the knobs above ({a.rounds} rounds"
+           "method": f"simulators.decisions.fit_profile: coordinate search of the knobs above ({a.rounds} "
+                     f"round{'s' * (a.rounds > 1)}"
                      f"{', from ' + a.start if a.start else ''}"
                      f"{f', within {a.near} grid step' + 's' * (a.near > 1) if a.near else ''}) on the fit prompts, "
                      "the surrogate "
