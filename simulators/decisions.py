@@ -65,7 +65,8 @@ FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.
     ("local_ctx", (1, 2, 3)),                                     # (Jacobi guesses)
     ("local_novel", (False, True)),    # ... only where those tokens are new in the context (no loops)
     ("forgive", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8)),  # reading past a wrong token as if it were its own
-    ("forgive_run", (1, 2, 3, 4, 6)),                   # ... after this many own tokens
+    ("forgive_run", (3, 1, 2, 4, 6)),   # ... after this many own tokens (the default first: a tie, as at forgive 0,
+                                        # keeps it)
     ("vocab", (4096, 8192)),
     ("pieces", ("words", "bpe", "real")),  # real: the pair's own tokenizer (vocab then unused)
 )
