@@ -280,7 +280,9 @@ class NGramLM:
     `surprise_copy` < 1: right after a token the target would not have written itself (a draft's wrong guess, a
     Jacobi cell) it copies a match of L >= 2 tokens less, p(L) * (1 - (1 - surprise_copy) / 2^k) k steps later:
     the real pair's target copied such matches about half as often right after such a token as on its own text,
-    and a lone matching token no less (docs/simulator-fidelity.md)."""
+    and a lone matching token no less (docs/simulator-fidelity.md).
+    `forgive` > 0: after at least `forgive_run` tokens it would have written itself, it reads a token it would not
+    have written as its own one with that probability, and goes on as it would have (docs/simulator.md)."""
 
     def __init__(self, corpus: str = "code", vocab_size: int = 4096, order: int = 4, tail_len: int = 8,
                  p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256,
@@ -365,10 +367,8 @@ class NGramLM:
         own = self.reference_predict(state) if self.surprised or self.forgiving else token
         read = token
         run: tuple[int, ...] = ()
-        if self.forgiving:
-            if token == own:
-                run = (min(state[-1] + 1, self.forgive_run),)
-            elif self.forgiven(state, token):
+        if self.forgiving:  # its own token, or one it reads as its own, lengthens the run; any other ends it
+            if token == own or self.forgiven(state, token):
                 read, run = own, (min(state[-1] + 1, self.forgive_run),)
             else:
                 run = (0,)
@@ -485,9 +485,8 @@ class NGramLM:
         def step(state: State, token: int) -> State:
             own, run = self.predict(state), state[-1]   # memoised (`_fast_predict`): a strategy reads it too
             read = token
-            if token == own:
-                run = run + 1 if run < need else need
-            elif run >= need and (((hash((state[1][fcut:], token, seed, 29)) * mult) & mask) >> 11) * scale < r:
+            if token == own or (run >= need and
+                                (((hash((state[1][fcut:], token, seed, 29)) * mult) & mask) >> 11) * scale < r):
                 read, run = own, (run + 1 if run < need else need)
             else:
                 run = 0
