@@ -309,6 +309,8 @@ def _log_chunks(data: bytes) -> Iterator[bytes]:
             continue
         length = int.from_bytes(data[pos + 4: pos + 6], "little")
         kind = data[pos + 6]
+        if pos + _HEADER + length > len(data):  # a record still being written: the file ends mid-record
+            return
         chunk = data[pos + _HEADER: pos + _HEADER + length]
         pos += _HEADER + length
         if kind == 1:               # FULL
@@ -321,29 +323,39 @@ def _log_chunks(data: bytes) -> Iterator[bytes]:
             yield buf + chunk
 
 
+def _parse(pb: Any, chunk: bytes) -> Any:
+    rec = pb.Record()
+    rec.ParseFromString(chunk)
+    return rec
+
+
 def read_wandb_run(run_dir: str | os.PathLike, timeout_s: float = 30.0) -> dict[str, Any]:
     """{config, summary, history} of an offline run directory (offline-run-*)."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2 as pb
 
     files = glob.glob(os.path.join(run_dir, "run-*.wandb"))
     if not files:
         raise FileNotFoundError(f"no run-*.wandb file in {run_dir}")
-    # wandb-core may still be flushing after finish() returns (seen under load): wait for the exit record
+    # wandb-core may still be flushing after finish() returns (seen under load): wait for the exit record.
+    # A file read mid-flush can end inside a record, or hold one not yet complete: read it again.
     deadline = time.monotonic() + timeout_s
     while True:
         data = Path(files[0]).read_bytes()
-        kinds = set()
-        for chunk in _log_chunks(data):
-            rec = pb.Record()  # type: ignore[attr-defined]
-            rec.ParseFromString(chunk)
-            kinds.add(rec.WhichOneof("record_type"))
-        if "exit" in kinds or time.monotonic() > deadline:
+        try:
+            records = [_parse(pb, chunk) for chunk in _log_chunks(data)]
+        except DecodeError:
+            records = None
+        kinds = {rec.WhichOneof("record_type") for rec in records or ()}
+        if "exit" in kinds:
+            break
+        if time.monotonic() > deadline:
+            if records is None:
+                raise ValueError(f"{files[0]} does not parse as a wandb log after {timeout_s:g} s")
             break
         time.sleep(0.2)
     out: dict[str, Any] = {"config": {}, "summary": {}, "history": []}
-    for chunk in _log_chunks(data):
-        rec = pb.Record()  # type: ignore[attr-defined]
-        rec.ParseFromString(chunk)
+    for rec in records or ():
         kind = rec.WhichOneof("record_type")
         if kind in ("config", "run"):   # the config is sent with the run record, updates as config records
             cfg = rec.config if kind == "config" else rec.run.config

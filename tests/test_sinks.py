@@ -3,11 +3,12 @@ directory (read back: it holds the metrics), disabled mode, the console line."""
 
 import glob
 import json
+from pathlib import Path
 
 import pytest
 from test_sweep import sweep_records
 
-from ouroboros.sinks import RecordFile, WandbMirror, read_records, read_wandb_run, summary_line
+from ouroboros.sinks import RecordFile, WandbMirror, _log_chunks, _parse, read_records, read_wandb_run, summary_line
 
 
 def test_append_index_and_torn_tail(tmp_path):
@@ -42,6 +43,8 @@ def ouroboros_records(tmp_path_factory):
 
 
 def test_wandb_offline_run_holds_the_metrics(tmp_path, ouroboros_records):
+    from wandb.proto import wandb_internal_pb2 as pb
+
     base, rec = ouroboros_records
     mirror = WandbMirror("offline", dir=str(tmp_path), group="test")
     run_dir = mirror.log_point(rec)
@@ -59,6 +62,14 @@ def test_wandb_offline_run_holds_the_metrics(tmp_path, ouroboros_records):
     rates = [h["acceptance/rate"] for h in got["history"] if "acceptance/rate" in h]
     assert len(rates) == len(t["position_proposed"]) and all(0 <= r <= 1 for r in rates)
     assert got["config"]["strategy"]["name"] == "ouroboros" and got["config"]["point_id"] == rec["point_id"]
+    # a file read mid-flush ends inside a record: its prefix reads as the records complete so far, never as
+    # a corrupt one (the CI failure of stop 28), and the full set comes back once the rest is written
+    whole = Path(glob.glob(f"{run_dir}/run-*.wandb")[0]).read_bytes()
+    n_whole = len(list(_log_chunks(whole)))
+    counts = []
+    for cut in range(8, len(whole), max(1, len(whole) // 300)):
+        counts.append(len([_parse(pb, c) for c in _log_chunks(whole[:cut])]))
+    assert counts == sorted(counts) and counts[-1] <= n_whole and counts[0] < n_whole
     media = mirror.log_sweep("test", [{"point": "a", "speedup": 1.5}], {})
     assert media is not None and glob.glob(f"{media}/files/media/table/*.table.json")
 
