@@ -67,6 +67,8 @@ FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.
     ("forgive", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8)),  # reading past a wrong token as if it were its own
     ("forgive_run", (3, 1, 2, 4, 6)),   # ... after this many own tokens (the default first: a tie, as at forgive 0,
                                         # keeps it)
+    ("recall", (0.0, 0.3, 0.5, 0.7, 0.9)),  # going on with REST's datastore text right after a wrong token
+    ("recall_min", (6, 4, 5, 8)),           # ... where its last this many tokens occur in it (the default first)
     ("vocab", (4096, 8192)),
     ("pieces", ("words", "bpe", "real")),  # real: the pair's own tokenizer (vocab then unused)
 )
@@ -185,6 +187,11 @@ def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper
     map_id = int if real_ids else mapper(pair.tokenizer)
     needs = get_spec(run.name).needs_draft_model
     params = dict(run.params) if real_ids else mapped_params(run, map_id)
+    recall = float(opts.get("recall") or 0) and not opts.get("recall_text")
+    if run.name == "rest" and params.get("datastore") and recall:
+        # sim.recall: the target knows the text of the datastore it verifies drafts from (mapped to its ids)
+        pair = make_pair(load_conf("model", model), load_conf("hardware", SIM_HARDWARE),
+                         {**opts, "recall_text": params["datastore"]}, seed=seed)
     proposers: dict[int, Any] = {}
     out = []
     for i in which:
@@ -417,13 +424,15 @@ def fit_real_stats(real: dict[str, RealRun]) -> dict[str, dict[str, float]]:
 
 def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = None, out=print,
                 rounds: int = 3, seeds: int = SIM_SEEDS, near: int = 0, jobs: int = 1,
-                model: str = "qwen_coder") -> dict[str, Any]:
-    """Coordinate search (`coordinate_search`) of the surrogate's knobs (FIT_GRID) on the FIT prompts only (even
-    positions), minimising `fit_error`; `rounds` passes (the knobs interact); near > 0: a refit from a stored
-    profile tries only values near its own. Returns sim options."""
+                model: str = "qwen_coder", knobs: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Coordinate search (`coordinate_search`) of the surrogate's knobs (FIT_GRID; `knobs`: only those) on the FIT
+    prompts only (even positions), minimising `fit_error`; `rounds` passes (the knobs interact); near > 0: a refit
+    from a stored profile tries only values near its own. Returns sim options."""
     opts: dict[str, Any] = {"corpus": "pycode", **(base or {})}
     fit_real = fit_real_stats(real)
     grids = dict(FIT_GRID)
+    if knobs:
+        grids = {k: grids[k] for k in knobs}
     if not has_real_tokenizer(model, opts.get("tokenizer")):
         grids["pieces"] = tuple(v for v in grids["pieces"] if v != "real")
         out(f"fit: pieces=real not tried (no tokenizer of {model} here: `python -m ouroboros.fetch` it, or "
@@ -495,6 +504,8 @@ def add_args(ap) -> None:
     ap.add_argument("--near", type=int, default=0, help="each knob tries only grid values within this many steps "
                                                         "of its current one (0: the whole grid)")
     ap.add_argument("--jobs", type=int, default=1, help="processes evaluating a knob's grid values at once (>= 1)")
+    ap.add_argument("--knobs", default=None, help="search only these knobs (comma-separated; the others stay as "
+                    "--start has them); default: all of " + ", ".join(k for k, _ in FIT_GRID))
 
 
 def calibrate_main(a) -> int:
@@ -509,6 +520,12 @@ def calibrate_main(a) -> int:
         raise OuroborosError(f"--near must be >= 0, got {a.near}")
     if a.jobs < 1:
         raise OuroborosError(f"--jobs must be >= 1, got {a.jobs}")
+    knobs = tuple(k.strip() for k in a.knobs.split(",") if k.strip()) if a.knobs is not None else None
+    if knobs is not None:
+        bad = [k for k in knobs if k not in dict(FIT_GRID)]
+        if bad or not knobs:
+            raise OuroborosError(f"--knobs: {', '.join(bad) or repr(a.knobs)} not a fitted knob (one of "
+                                 f"{', '.join(k for k, _ in FIT_GRID)})")
     base: dict[str, Any] = {}
     start_fit: dict[str, Any] | None = None
     if a.start:
@@ -522,7 +539,7 @@ def calibrate_main(a) -> int:
     for line in unrecorded_notes(real):
         print(line)
     mapper = id_mapper(a.model, a.tokenizer)
-    opts = fit_profile(real, mapper, base, rounds=a.rounds, near=a.near, jobs=a.jobs, model=a.model)
+    opts = fit_profile(real, mapper, base, rounds=a.rounds, near=a.near, jobs=a.jobs, model=a.model, knobs=knobs)
     n = len(next(iter(real.values())).results)
     fields: dict[str, Any] = {"pair": a.model}
     fields.update((k, opts[k]) for k in (knob for knob, _ in FIT_GRID) if k in opts)
@@ -533,16 +550,19 @@ def calibrate_main(a) -> int:
                       "max_new_tokens": next(iter(real.values())).budget},
            "inputs_source": "real greedy runs of the pair recorded by simulators.realcheck (traces kept in the cache "
                             "directory, not in git); no published figure is used",
-           "method": f"simulators.decisions.fit_profile: coordinate search of the knobs above ({a.rounds} "
+           "method": "simulators.decisions.fit_profile: coordinate search of "
+                     + (', '.join(knobs) if knobs else "the knobs above") + f" ({a.rounds} "
                      f"round{'s' * (a.rounds > 1)}"
                      f"{', from ' + a.start if a.start else ''}"
+                     f"{'; the other knobs as it has them' if knobs and a.start else ''}"
+                     f"{'; the other knobs at their defaults' if knobs and not a.start else ''}"
                      f"{f', within {a.near} grid step' + 's' * (a.near > 1) if a.near else ''}) on the fit prompts, "
                      "the surrogate "
                      f"pooled over {SIM_SEEDS} seeds, minimising squared relative errors of every run's eta, c, "
                      "#Match, hit rates and speculative's per-position acceptance",
            "command": f"python -m simulators.calibrate decisions --dir <recorded runs> --name {a.name} --task {a.task}"
                       + (f" --start {a.start}" if a.start else "") + f" --rounds {a.rounds}"
-                      + (f" --near {a.near}" if a.near else ""),
+                      + (f" --near {a.near}" if a.near else "") + (f" --knobs {','.join(knobs)}" if knobs else ""),
            "commit": git_commit()}
     if start_fit:
         fit["start"] = start_fit    # the profile the search began from, and how that one was fitted

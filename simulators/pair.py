@@ -50,6 +50,9 @@ SIM_DEFAULTS: dict[str, Any] = {
     "local_novel": False,         # ... only where those tokens did not occur earlier (phrases without loops)
     "forgive": 0.0,               # P(the target reads a wrong token as its own one and goes on as it would have)
     "forgive_run": 3,             # ... only after at least this many tokens it would have written itself
+    "recall": 0.0,                # P(the target goes on with text it knows (recall_text) right after a wrong token)
+    "recall_min": 6,              # ... where its last this many tokens occur in that text
+    "recall_text": None,          # the text it knows: a REST datastore (.npz) in the simulator's token ids
     "alpha_easy": 0.92,           # surrogate draft agreement in easy stretches
     "alpha_hard": 0.45,           # ... in hard stretches
     "hard_frac": 0.25,            # fraction of positions in hard stretches
@@ -188,6 +191,27 @@ def check_serving_fit(model: dict[str, Any], hardware: dict[str, Any], sim: dict
                              f"({kv_tokens} tokens) do not fit: {e}") from None
 
 
+def recall_memory(path: str | None) -> Any:
+    """sim.recall_text: the REST datastore the surrogate target knows (loaded once per file), or None."""
+    if not path:
+        return None
+    import os
+
+    from ouroboros.datastore import Datastore
+
+    full = os.path.abspath(os.path.expanduser(str(path)))
+    key = (full, os.path.getmtime(full) if os.path.exists(full) else None)
+    if key not in _MEMORIES:
+        try:
+            _MEMORIES[key] = Datastore.load(full)
+        except OuroborosError as e:
+            raise OuroborosError(f"sim.recall_text: {e}") from None
+    return _MEMORIES[key]
+
+
+_MEMORIES: dict[tuple[str, float | None], Any] = {}
+
+
 def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, Any] | None = None,
               seed: int = 0) -> SimPair:
     opts, prof, hw, costs = pair_setup(model, hardware, sim)
@@ -201,7 +225,9 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
                      local_frac=float(opts["local_frac"]), local_ctx=int(opts["local_ctx"]), tokenizer_dir=real_dir,
                      induction=float(opts["induction"]), induction_decay=float(opts["induction_decay"]),
                      surprise_copy=float(opts["surprise_copy"]), local_novel=bool(opts["local_novel"]),
-                     forgive=float(opts["forgive"]), forgive_run=int(opts["forgive_run"]))
+                     forgive=float(opts["forgive"]), forgive_run=int(opts["forgive_run"]),
+                     recall=float(opts["recall"]), recall_min=int(opts["recall_min"]),
+                     memory=recall_memory(opts["recall_text"]))
         q: Any
         if kind == "iid":
             q = IIDDraftLM(lm, float(opts["alpha"]), seed=seed + 1)

@@ -282,14 +282,19 @@ class NGramLM:
     the real pair's target copied such matches about half as often right after such a token as on its own text,
     and a lone matching token no less (docs/simulator-fidelity.md).
     `forgive` > 0: after at least `forgive_run` tokens it would have written itself, it reads a token it would not
-    have written as its own one with that probability, and goes on as it would have (docs/simulator.md)."""
+    have written as its own one with that probability, and goes on as it would have (docs/simulator.md).
+    `recall` > 0 with a `memory` (a REST datastore in the surrogate's ids, `ouroboros.datastore.Datastore`): right
+    after a token it would not have written, where its last >= `recall_min` tokens occur in the memory, it goes on
+    as the memory does with that probability (checked first), as a real LM that has read into text it knows
+    continues it (docs/simulator.md)."""
 
     def __init__(self, corpus: str = "code", vocab_size: int = 4096, order: int = 4, tail_len: int = 8,
                  p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256,
                  pieces: str = "words", pos_grain: int = 1, choice_ctx: int = 0, local_frac: float = 0.0,
                  local_ctx: int = 1, tokenizer_dir: str | None = None, induction: float = 0.0,
                  induction_decay: float = 1.0, surprise_copy: float = 1.0, local_novel: bool = False,
-                 forgive: float = 0.0, forgive_run: int = 3):
+                 forgive: float = 0.0, forgive_run: int = 3, recall: float = 0.0, recall_min: int = 6,
+                 memory: Any = None):
         if not 1 <= order <= tail_len:
             raise OuroborosError(f"surrogate needs 1 <= order <= tail_len, got {order}, {tail_len}")
         if not 0 <= p_top <= 1:
@@ -316,6 +321,10 @@ class NGramLM:
             raise OuroborosError(f"surrogate forgive must be in [0, 1], got {forgive}")
         if forgive_run < 1:
             raise OuroborosError(f"surrogate forgive_run must be >= 1, got {forgive_run}")
+        if not 0 <= recall <= 1:
+            raise OuroborosError(f"surrogate recall must be in [0, 1], got {recall}")
+        if not 1 <= recall_min <= tail_len:
+            raise OuroborosError(f"surrogate recall_min must be in [1, tail_len={tail_len}], got {recall_min}")
         self.p_copy, self.copy_window, self.pos_grain = p_copy, copy_window, pos_grain
         # forgive > 0: after at least forgive_run tokens it would have written itself, the target reads a token it
         # would not have written (a draft's or a Jacobi cell's wrong guess) as its own one with this probability
@@ -323,7 +332,16 @@ class NGramLM:
         # on as it would have, as a real LM often does after a wrong token (lookahead's Jacobi guesses rely on it).
         # The copy window keeps the token as written. States carry the run of own tokens last (capped at forgive_run).
         self.forgive, self.forgive_run = float(forgive), int(forgive_run)
-        self.forgiving = self.forgive > 0
+        # recall > 0 with a memory: right after a token it would not have written (the run of own tokens is 0, so
+        # recall keeps that run too), where the last >= recall_min tail tokens occur in the memory, the target takes
+        # the memory's most frequent continuation of its longest matching suffix, with this probability (a hash of
+        # the last recall_min tokens): a real LM reading a REST draft past its first wrong token goes on with text
+        # it knows (Qwen2.5-Coder-1.5B predicts REST's stdlib datastore at 55% top-1; docs/simulator-fidelity.md).
+        # A token it recalled keeps the run at 0: it goes on reading the known text, it is not writing its own.
+        self.recall, self.recall_min, self.memory = float(recall), int(recall_min), memory
+        self.recalling = self.recall > 0 and memory is not None
+        self._recalled: dict[tuple[int, ...], int | None] = {}  # tail -> the memory's continuation (None: none)
+        self.forgiving = self.forgive > 0 or self.recalling
         self.induction, self.induction_decay = induction, induction_decay
         # p(L) for L = 1..INDUCTION_MAX: the chance that a suffix match of L tokens is copied
         self.induction_p = tuple(1 - (1 - induction) * induction_decay ** (n - 1) for n in range(1, INDUCTION_MAX + 1))
@@ -368,7 +386,9 @@ class NGramLM:
         read = token
         run: tuple[int, ...] = ()
         if self.forgiving:  # its own token, or one it reads as its own, lengthens the run; any other ends it
-            if token == own or self.forgiven(state, token):
+            if token == own and self.recalled(state) is not None:
+                run = (0,)  # a token it recalled: it is still reading known text, not writing its own
+            elif token == own or self.forgiven(state, token):
                 read, run = own, (min(state[-1] + 1, self.forgive_run),)
             else:
                 run = (0,)
@@ -434,7 +454,27 @@ class NGramLM:
             return cands[0]
         return cands[1 + min(int((u - self.p_top) / (1 - self.p_top) * (len(cands) - 1)), len(cands) - 2)]
 
+    def recalled(self, state: State) -> int | None:
+        """The token the memory continues the context with at this state (see recall), or None (not right after a
+        token the target would not have written, the coin says no, no match of recall_min tokens, or a special
+        token)."""
+        if not self.recalling or state[-1] or not state[0]:
+            return None
+        tail, m = state[1], self.recall_min
+        if len(tail) < m or uniform(hash((tail[-m:], self.seed, 31))) >= self.recall:
+            return None
+        if tail not in self._recalled:
+            if len(self._recalled) > 100_000:
+                self._recalled.clear()
+            firsts = [c[0] for c in self.memory.continuations(list(tail), len(tail), m, 1, 64) if c]
+            tok = Counter(firsts).most_common(1)[0][0] if firsts else None  # ties: the first seen
+            self._recalled[tail] = tok if tok is not None and 0 < tok < self.plain_vocab else None
+        return self._recalled[tail]
+
     def reference_predict(self, state: State) -> int:
+        r = self.recalled(state)
+        if r is not None:
+            return r
         c = self.induced(state)
         if c is not None:
             return c
@@ -482,11 +522,15 @@ class NGramLM:
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
         surprised, windowed, top = self.surprised, self.windowed, SURPRISE_MAX
 
+        recalling, recalled = self.recalling, self.recalled
+
         def step(state: State, token: int) -> State:
             own, run = self.predict(state), state[-1]   # memoised (`_fast_predict`): a strategy reads it too
             read = token
-            if token == own or (run >= need and
-                                (((hash((state[1][fcut:], token, seed, 29)) * mult) & mask) >> 11) * scale < r):
+            if token == own and not run and recalling and recalled(state) is not None:
+                pass  # a token it recalled: it is still reading known text (the run stays 0)
+            elif token == own or (run >= need and
+                                  (((hash((state[1][fcut:], token, seed, 29)) * mult) & mask) >> 11) * scale < r):
                 read, run = own, (run + 1 if run < need else need)
             else:
                 run = 0
@@ -511,6 +555,16 @@ class NGramLM:
                 return rest(state) if c is None else c
 
             predict = predict_induced
+        if self.recalling:
+            recalled, inner = self.recalled, predict
+
+            def predict_recall(state: State) -> int:
+                if state[-1] or not state[0]:  # not right after a token it would not have written
+                    return inner(state)
+                r = recalled(state)
+                return inner(state) if r is None else r
+
+            predict = predict_recall
         if not self.forgiving:
             return predict
         # With sim.forgive every step predicts at the state it leaves, which the decode loop has usually just asked

@@ -64,13 +64,15 @@ def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
     assert 0 <= sc["ok"] <= sc["all"] and len(sc["misses"]) == sc["all"] - sc["ok"]
     text = decisions.table(after)
     assert "speculative:gamma=3 [2 prompts, real/sim]: eta" in text
+    only = decisions.fit_profile(real, mapper, opts, out=lambda *_: None, rounds=1, knobs=("p_top", "alpha_easy"))
+    assert {k for k in only if only[k] != opts.get(k)} <= {"p_top", "alpha_easy"}   # --knobs: the rest stay
 
 
 def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
                         tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=3, near=0,
-                        jobs=1)
+                        jobs=1, knobs=None)
     assert decisions.calibrate_main(a) == 0
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
     assert prof["pair"] == "qwen_coder" and prof["fit"]["inputs"]["prompts"] == 4
@@ -86,15 +88,15 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
     --rounds or an unknown profile is refused before any recording is read."""
     seen = {}
 
-    def fake_fit(real, mapper_, base, rounds=3, near=0, **_):
-        seen.update(base=dict(base), rounds=rounds, near=near)
+    def fake_fit(real, mapper_, base, rounds=3, near=0, knobs=None, **_):
+        seen.update(base=dict(base), rounds=rounds, near=near, knobs=knobs)
         return dict(base)
 
     monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
     monkeypatch.setattr(decisions, "fit_profile", fake_fit)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
                         tokenizer=None, out_dir=str(tmp_path), corpus=None, start="qwen_coder_humaneval", rounds=1,
-                        near=1, jobs=1)
+                        near=1, jobs=1, knobs=None)
     assert decisions.calibrate_main(a) == 0
     start = yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval.yaml").read_text())
     assert seen["rounds"] == 1 and seen["near"] == 1 and seen["base"]["corpus"] == start["corpus"]
@@ -103,8 +105,14 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
     assert "--start qwen_coder_humaneval --rounds 1 --near 1" in prof["fit"]["command"]
     assert prof["fit"]["start"] == {"profile": "qwen_coder_humaneval", "command": start["fit"]["command"],
                                     "commit": start["fit"]["commit"]}
+    assert decisions.calibrate_main(SimpleNamespace(**{**vars(a), "knobs": "recall, recall_min"})) == 0
+    prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
+    assert seen["knobs"] == ("recall", "recall_min") and prof["fit"]["command"].endswith("--knobs recall,recall_min")
+    assert "search of recall, recall_min (1 round, from qwen_coder_humaneval; the other knobs as it has them" in \
+        prof["fit"]["method"]
     for bad, msg in (({"rounds": 0}, "--rounds must be >= 1, got 0"), ({"near": -1}, "--near must be >= 0, got -1"),
                      ({"jobs": 0}, "--jobs must be >= 1, got 0"),
+                     ({"knobs": "recall,nope"}, "--knobs: nope not a fitted knob"), ({"knobs": ","}, "--knobs: ','"),
                      ({"start": "nope"}, "unknown sim profile 'nope'")):
         with pytest.raises(OuroborosError, match=msg):
             decisions.calibrate_main(SimpleNamespace(**{**vars(a), "dir": str(tmp_path / "none"), **bad}))
@@ -188,6 +196,33 @@ def test_rest_runs_on_the_simulated_side(recorded):
     rest = decisions.RealRun("rest", "rest", {"corpus": corpus}, sps.budget, sps.results, sps.prompts, sps.groups)
     st = decisions.stats(decisions.sim_pooled(rest, [0, 1], {}, mapper, seeds=2))
     assert st["eta"] >= 1.0 and 0 <= st["hit:pool"] <= 1
+
+
+def test_recall_knows_the_datastore_rest_verifies(recorded, tmp_path, monkeypatch):
+    """sim.recall on the simulated side of a REST run: the target's memory (sim.recall_text) is that run's datastore,
+    mapped to surrogate ids; other runs, and REST at recall 0, get none."""
+    from ouroboros.datastore import Datastore
+
+    sps = decisions.load_real(str(recorded))["speculative:gamma=3"]
+    path = tmp_path / "ds.npz"
+    Datastore.build([list(p) for p in sps.prompts]).save(str(path))
+    rest = decisions.RealRun("rest", "rest", {"datastore": str(path)}, sps.budget, sps.results, sps.prompts, sps.groups)
+    seen: list[dict] = []
+    real_make = decisions.make_pair
+
+    def spy(model, hw, opts, seed=0):
+        seen.append(dict(opts))
+        return real_make(model, hw, opts, seed=seed)
+
+    monkeypatch.setattr(decisions, "make_pair", spy)
+    decisions.sim_results(rest, [0], {"recall": 1.0, "recall_min": 2}, mapper)
+    mapped = decisions.mapped_params(rest, mapper(make_pair(load_conf("model", "qwen_coder"),
+                                                            load_conf("hardware", "h100"), {}).tokenizer))
+    assert seen[-1]["recall_text"] == mapped["datastore"] != str(path)
+    seen.clear()
+    decisions.sim_results(rest, [0], {"recall": 0.0}, mapper)
+    decisions.sim_results(sps, [0], {"recall": 1.0}, mapper)
+    assert not any(o.get("recall_text") for o in seen)
 
 
 def test_prompt_sampling_reference_compares_the_two_real_prompt_sets(recorded):

@@ -16,6 +16,23 @@ MODEL = yaml.safe_load(open("conf/model/yi34b_6b.yaml"))
 HW = yaml.safe_load(open("conf/hardware/a800x2.yaml"))
 
 
+def _memory_file() -> str:
+    """sim.recall_text for the draws: a datastore of the code corpus' own text (so recall fires often)."""
+    import os
+    import tempfile
+
+    from ouroboros.datastore import Datastore
+    from simulators.surrogate import NGramLM
+
+    path = os.path.join(tempfile.mkdtemp(prefix="recall-"), "memory.npz")
+    ids = NGramLM("code", 8192).corpus.ids
+    Datastore.build([ids[:20000], ids[40000:60000]]).save(path)
+    return path
+
+
+MEMORY = _memory_file()
+
+
 def reference_greedy_lm(lm, prompt, max_new_tokens, eos_ids=(), max_context=1 << 30):
     ids, out = list(prompt), []
     for _ in range(max_new_tokens):
@@ -52,6 +69,9 @@ def sim_setups(draw):
     sim["surprise_copy"] = draw(st.sampled_from([1.0, 0.4]))
     sim["forgive"] = draw(st.sampled_from([0.0, 0.0, 0.5, 1.0]))
     sim["forgive_run"] = draw(st.sampled_from([1, 3]))
+    sim["recall"] = draw(st.sampled_from([0.0, 0.0, 0.5, 1.0]))
+    sim["recall_min"] = draw(st.sampled_from([2, 6]))
+    sim["recall_text"] = draw(st.sampled_from([None, MEMORY]))
     sim["corpus"] = draw(st.sampled_from(["code", "pycode"]))
     return sim
 
@@ -198,6 +218,80 @@ def test_forgiving_fast_step_equals_reference(kw):
             nxt_state = lm.step(st_, tok)
             assert nxt_state == lm.reference_step(st_, tok)
             st_ = nxt_state
+
+
+def _memory(n: int = 30000):
+    from ouroboros.datastore import Datastore
+    from simulators.surrogate import NGramLM
+
+    return Datastore.build([NGramLM("code", 4096).corpus.ids[:n]])
+
+
+@pytest.mark.parametrize("kw", [{"recall": 1.0, "recall_min": 3}, {"recall": 0.5, "forgive": 0.3, "p_copy": 0.3},
+                                {"recall": 0.7, "recall_min": 4, "induction": 0.2, "surprise_copy": 0.5}])
+def test_recalling_fast_step_equals_reference(kw):
+    """sim.recall: the hot step and predict equal their references on prompts from the memory's own text, on the
+    target's own text and after wrong tokens (every fifth token), and the memory is consulted."""
+    from simulators.surrogate import NGramLM
+
+    lm = NGramLM("code", 4096, p_top=0.5, memory=_memory(), **kw)
+    fired = 0
+    for prompt in lm.prompts(3, 0):
+        st_ = lm.start()
+        for t in prompt:
+            assert lm.predict(st_) == lm.reference_predict(st_)
+            fired += lm.recalled(st_) is not None
+            nxt_state = lm.step(st_, t)
+            assert nxt_state == lm.reference_step(st_, t)
+            st_ = nxt_state
+        for i in range(60):
+            own = lm.predict(st_)
+            assert own == lm.reference_predict(st_)
+            tok = own if i % 5 else own % 4000 + 1
+            nxt_state = lm.step(st_, tok)
+            assert nxt_state == lm.reference_step(st_, tok)
+            st_ = nxt_state
+    assert fired > 0
+
+
+def test_recall_goes_on_with_known_text_after_a_wrong_token():
+    """sim.recall 1: reading text of its memory that it would not have written itself, the target predicts the
+    memory's next token (it goes on with text it knows, as a real LM reading a REST draft past a wrong token does);
+    without a memory, or at recall 0, it mostly does not. Its own text (no wrong token read) is unchanged."""
+    import random
+
+    from ouroboros.datastore import Datastore
+    from simulators.surrogate import NGramLM
+
+    rng = random.Random(0)
+    doc = [rng.randrange(1, 4000) for _ in range(600)]   # text the n-gram table does not know
+
+    mem = Datastore.build([doc])
+    on = NGramLM("code", 4096, p_top=0.5, recall=1.0, recall_min=4, memory=mem)
+    off = NGramLM("code", 4096, p_top=0.5, recall=0.0, recall_min=4, memory=mem)
+    inert = NGramLM("code", 4096, p_top=0.5, recall=1.0, recall_min=4)
+    assert on.recalling and not off.recalling and not inert.recalling
+    hit_on = hit_off = n = 0
+    s_on, s_off = on.start(), off.start()
+    for i, t in enumerate(doc[:-1]):
+        s_on, s_off = on.step(s_on, t), off.step(s_off, t)
+        if i >= 8 and s_on[-1] == 0:   # right after a token it would not have written
+            hit_on += on.predict(s_on) == doc[i + 1]
+            hit_off += off.predict(s_off) == doc[i + 1]
+            n += 1
+    assert n > 500 and hit_on / n > 0.95 and hit_off / n < 0.05
+    prompt = NGramLM("code", 4096).prompts(1, 7)[0]
+    texts = []
+    for lm in (on, off):   # after a prompt the memory does not know, its own text is what it writes without recall
+        st_, out = lm.start(), []
+        for t in prompt:
+            st_ = lm.step(st_, t)
+        for _ in range(40):
+            out.append(lm.predict(st_))
+            st_ = lm.step(st_, out[-1])
+            assert lm is off or (st_[-1] > 0 and lm.recalled(st_) is None)
+        texts.append(out)
+    assert texts[0] == texts[1]
 
 
 def test_forgiven_token_is_read_as_the_targets_own():
