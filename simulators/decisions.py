@@ -67,7 +67,8 @@ FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.
     ("forgive", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8)),  # reading past a wrong token as if it were its own
     ("forgive_run", (3, 1, 2, 4, 6)),   # ... after this many own tokens (the default first: a tie, as at forgive 0,
                                         # keeps it)
-    ("recall", (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),  # going on with REST's datastore text right after a wrong token
+    ("recall", (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),  # going on with REST's datastore text right after
+                                                                #  a wrong token
     ("recall_min", (6, 4, 5, 8)),           # ... where its last this many tokens occur in it (the default first)
     ("vocab", (4096, 8192)),
     ("pieces", ("words", "bpe", "real")),  # real: the pair's own tokenizer (vocab then unused)
