@@ -37,6 +37,9 @@ from ouroboros.sampling import SamplingConfig
 from ouroboros.strategies import check_files, default_params, get_spec, is_peer, make_config
 
 BACKEND_KINDS = ("hf", "sim", "auto")
+CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+_NOISE = ("full_key:", "object_type=", "reference_type=", "Set the environment variable HYDRA_FULL_ERROR",
+          "Config search path")   # dropped from one_line, with the indented lines under them
 WANDB_MODES = ("offline", "online", "disabled")
 # model kinds that only exist as simulator profiles (a model dict may also say `backend: sim` itself)
 SIM_MODEL_KINDS = ("sim", "profile")
@@ -171,11 +174,67 @@ def resolve_backend(kind: str, model: dict[str, Any]) -> str:
     return "hf"
 
 
+def one_line(e: BaseException) -> str:
+    """An exception's message and its causes', as one line (Hydra's and OmegaConf's span several): an indented
+    list after a line ending in ':' (Hydra's available options) is joined with commas; key/type dumps and Hydra's
+    search path are dropped.
+    Golden: "In 'config': Could not find 'strategy/x'\n\nAvailable options in 'strategy':\n\tpld\n\trest"
+    -> "In 'config': Could not find 'strategy/x'; Available options in 'strategy': pld, rest"."""
+    parts: list[str] = []
+    cur: BaseException | None = e
+    while cur is not None:
+        items: list[str] | None = None
+        skipping = False
+        for raw in str(cur).splitlines():
+            line = raw.strip().rstrip(".")
+            indented = raw[:1] in ("\t", " ")
+            if not line or (skipping and indented):
+                continue
+            skipping = line.startswith(_NOISE)
+            if skipping:
+                continue
+            if items is not None and indented:
+                items.append(line)
+                continue
+            if items:
+                parts[-1] += " " + ", ".join(items)
+            items = [] if line.endswith(":") else None
+            if line not in parts:
+                parts.append(line)
+        if items:
+            parts[-1] += " " + ", ".join(items)
+        cur = cur.__cause__
+    return "; ".join(parts) or type(e).__name__
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Compose the root config with `overrides` as Hydra will; an override it cannot compose (an unknown group
+    option, a typo'd key, a value of the wrong type) raises OuroborosError with Hydra's message on one line."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if GlobalHydra.instance().is_initialized():   # inside a Hydra app already: it composes (and reports) itself
+        return
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            compose(config_name="config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as e:
+        raise OuroborosError(one_line(e)) from None
+
+
 def to_run_config(cfg: DictConfig | dict) -> RunConfig:
-    """Composed config -> RunConfig (a typed copy; drops the `hydra` node)."""
+    """Composed config -> RunConfig (a typed copy; drops the `hydra` node). A key the schema does not know (added
+    with `+key=...`) or a value of the wrong type raises OuroborosError in one line."""
+    from omegaconf.errors import OmegaConfBaseException
+
     if isinstance(cfg, dict):
         cfg = OmegaConf.create(cfg)
-    node = OmegaConf.merge(OmegaConf.structured(RunConfig), {k: v for k, v in cfg.items() if k != "hydra"})
+    try:
+        node = OmegaConf.merge(OmegaConf.structured(RunConfig), {k: v for k, v in cfg.items() if k != "hydra"})
+    except OmegaConfBaseException as e:
+        raise OuroborosError(one_line(e)) from None
     run = OmegaConf.to_object(node)
     assert isinstance(run, RunConfig)
     return run

@@ -38,6 +38,7 @@ from ouroboros.backends.base import Backend, OuroborosError, report_error
 from ouroboros.config import (
     RunConfig,
     apply_explicit,
+    check_overrides,
     explicit_notices,
     point_id,
     point_key,
@@ -656,10 +657,20 @@ def explicit_run(cfg: DictConfig) -> RunConfig:
     return run
 
 
+def hydra_cli(main: Callable[[], Any]) -> None:
+    """Start a Hydra entry point (`main`, decorated with hydra.main) from the command line. Overrides that do not
+    compose (`strategy=nope`, a typo'd key, `seed=abc`) print `error: <one line>` and exit 2 before Hydra starts;
+    flags (--help, --cfg, -m, ...) go to Hydra as they are."""
+    args = sys.argv[1:]
+    if not any(a.startswith("-") for a in args):
+        entry(lambda: check_overrides(args))
+    main()
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     entry(lambda: run_one(explicit_run(cfg)))
 
 
 if __name__ == "__main__":
-    main()
+    hydra_cli(main)

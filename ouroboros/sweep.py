@@ -38,6 +38,7 @@ from ouroboros.run import (
     counted,
     entry,
     format_table,
+    hydra_cli,
     interrupts_deferred,
     label_of,
     make_executor,
@@ -318,5 +319,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    hydra_cli(main)
     sys.exit(0)

@@ -22,7 +22,17 @@ from ouroboros.backends.base import OuroborosError
 from ouroboros.config import RunConfig, StrategyConfig, strategy_params, validate
 from ouroboros.metrics import PromptResult, RunResult
 from ouroboros.paths import check_writable
-from ouroboros.run import Executor, Point, counted, entry, explicit_run, format_table, label_of, make_executor
+from ouroboros.run import (
+    Executor,
+    Point,
+    counted,
+    entry,
+    explicit_run,
+    format_table,
+    hydra_cli,
+    label_of,
+    make_executor,
+)
 from ouroboros.strategies import check_type, field_types
 
 
@@ -152,4 +162,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    hydra_cli(main)

@@ -5,12 +5,14 @@ import subprocess
 import sys
 
 import pytest
+from cli_helper import HYDRA_MODULES, run_module
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from test_sweep import CONF, ROOT, SMALL
 
+import ouroboros.run as run_mod
 from ouroboros.backends.base import OuroborosError
-from ouroboros.config import RunConfig, point_id, point_key, validate
+from ouroboros.config import RunConfig, check_overrides, one_line, point_id, point_key, validate
 from ouroboros.sweep import plan
 
 
@@ -41,6 +43,63 @@ def test_typo_in_field_is_hydras_error(override):
     key = override.split("=")[0]
     assert f"Could not override '{key}'" in str(e.value)
     assert "not in" in str(e.value.__cause__)   # "not in struct" / "not in 'RunConfig'"
+
+
+def test_one_line_joins_hydras_option_list_and_drops_its_search_path():
+    with pytest.raises(MissingConfigException) as e:
+        composed("strategy=speculativ")
+    msg = one_line(e.value)
+    assert "\n" not in msg and "Could not find 'strategy/speculativ'" in msg
+    assert "Available options in 'strategy': cascade, " in msg and ", speculative, " in msg
+    assert "search path" not in msg and "file://" not in msg   # no absolute paths in the one line
+    with pytest.raises(ConfigCompositionException) as e:
+        composed("strategy.params.gama=3")
+    msg = one_line(e.value)   # the cause (why) joins the message (what)
+    assert msg == ("Could not override 'strategy.params.gama'; To append to your config use "
+                   "+strategy.params.gama=3; Key 'gama' is not in struct")
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("strategy=speculativ", "Could not find 'strategy/speculativ'"),
+    ("hardware=a900", "Could not find 'hardware/a900'"),
+    ("sim=nope", "Could not find 'sim/nope'"),
+    ("max_new_token=5", "Could not override 'max_new_token'"),
+    ("seed=abc", "Value 'abc' of type 'str' could not be converted to Integer"),
+])
+def test_check_overrides_raises_hydras_error_in_one_line(override, needle):
+    with pytest.raises(OuroborosError) as e:
+        check_overrides([override])
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    check_overrides(["strategy=speculative", "strategy.params.gamma=3", "hydra.run.dir=x"])   # good ones pass
+
+
+def test_a_key_added_with_plus_is_one_line():
+    with pytest.raises(OuroborosError) as e:
+        validate(composed("+foo=1"))
+    assert str(e.value) == "Key 'foo' not in 'RunConfig'"
+
+
+@pytest.mark.parametrize("module", HYDRA_MODULES)
+@pytest.mark.parametrize("override,needle", [
+    ("strategy=nope", "error: In 'config': Could not find 'strategy/nope'; Available options in 'strategy': "),
+    ("+foo=1", "error: Key 'foo' not in 'RunConfig'"),
+])
+def test_entry_points_print_a_bad_override_in_one_line(tmp_path, module, override, needle):
+    res = run_module(module, override, tmp=tmp_path)
+    assert res.code == 2
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(needle), res.err
+    assert "Traceback" not in res.err and not res.out
+
+
+def test_hydra_cli_leaves_flags_to_hydra(monkeypatch):
+    calls = []
+    monkeypatch.setattr(run_mod, "check_overrides", lambda args: calls.append(("check", args)))
+    for argv, checked in ((["run", "--cfg", "job", "strategy=nope"], False), (["run", "seed=1"], True)):
+        calls.clear()
+        monkeypatch.setattr(sys, "argv", argv)
+        run_mod.hydra_cli(lambda: calls.append(("main", None)))
+        assert calls == ([("check", ["seed=1"])] if checked else []) + [("main", None)]
 
 
 @pytest.mark.parametrize("overrides,needle", [
