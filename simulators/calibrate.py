@@ -286,6 +286,9 @@ def profiles_main(what: str, argv: list[str]) -> int:
     ap.add_argument("--text", choices=["none", "decisions"], default="none",
                     help="the surrogate target's text knobs: the defaults, or the decision profiles fitted to the real "
                          "Qwen2.5-Coder pair on a task of the same kind (simulators.validate.TEXT_PROFILES)")
+    ap.add_argument("--draft-overhead", choices=("scaled", "shared"), default="scaled",
+                    help="the draft's per-forward overhead: r x each task's target overhead (one ratio r, fitted), or "
+                         "one overhead for all tasks (simulators.validate's module doc)")
     a = ap.parse_args(argv)
     if a.prompts < 1:
         raise OuroborosError(f"--prompts must be >= 1, got {a.prompts}")
@@ -293,7 +296,8 @@ def profiles_main(what: str, argv: list[str]) -> int:
 
     from simulators.validate import paper_profiles
 
-    paper_profiles(a.prompts, a.seed, Path(a.out_dir) if a.out_dir else None, text=a.text)
+    paper_profiles(a.prompts, a.seed, Path(a.out_dir) if a.out_dir else None, text=a.text,
+                   draft_overhead=a.draft_overhead)
     return 0
 
 

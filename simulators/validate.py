@@ -8,9 +8,14 @@ paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting). Calibrated on 
       bw_eff of peak HBM bandwidth, 2 FLOP/parameter/token at flop_eff of peak, pipeline hops, the eager
       attention's memory traffic over the task's typical prompt length + output) PLUS one fitted
       per-forward overhead (HF eager framework time), replacing the profile's estimated overheads: the target's
-      per task, so simulated vanilla token/s equals the published one; the draft's one for all tasks (least
-      squares in log SpS token/s). Overheads are additive: a 240-token lookahead forward pays the FLOPs of 240
-      tokens once, plus one overhead (a multiplicative scale would wrongly multiply the FLOPs too).
+      per task, so simulated vanilla token/s equals the published one; the draft's (--draft-overhead scaled, the
+      default) r x the task's target overhead, one ratio r for all tasks (least squares in log SpS token/s over
+      the tasks with an SpS figure). The overhead is the run's framework time per forward (kernel launches,
+      Python), which the hardware profile already models as forward + layers x layer overhead for BOTH models; a
+      task whose vanilla run had less of it (MBPP: 8 ms against 20-25 ms) had less for its draft too. --draft-overhead
+      shared: one draft overhead for all tasks (least squares likewise; the calibration before session 15). Overheads
+      are additive: a 240-token lookahead forward pays the FLOPs of 240 tokens once, plus one overhead (a
+      multiplicative scale would wrongly multiply the FLOPs too).
   (2) per task, the surrogate draft's agreement knob so simulated SpS block efficiency equals the published one;
   (3) the SpS draft length: the paper does not print it, and it is NOT Ouroboros' gamma (GSM8K's published SpS
       block efficiency 5.23 exceeds gamma + 1 = 5). Default prior (--sps hf): the baseline is HF transformers'
@@ -52,6 +57,7 @@ from simulators.pair import make_pair
 from simulators.profiles import load_conf
 
 METHODS = ("vanilla", "speculative", "lookahead", "ouroboros")
+DRAFT_OVERHEADS = ("scaled", "shared")   # the draft's per-forward overhead: r x the task's target one, or one for all
 GAMMA_MAX = 20                   # largest SpS draft length the tuned-baseline prior considers
 
 
@@ -281,15 +287,29 @@ def fit_agreement(trace: Trace, setting: str, eta: float, iters: int = 18) -> fl
 class Calibration:
     sps: str                     # "hf" (HF assisted-generation schedule) or "tuned" (best fixed gamma per task)
     over_t: dict[str, float]     # per task: target per-forward overhead (s), from vanilla token/s
-    over_d: float                # draft per-forward overhead (s), from SpS token/s
+    over_d: dict[str, float]     # per task: draft per-forward overhead (s), from SpS token/s (`calibrate`)
     setting: dict[str, str]      # per task: SpS draft-length setting ("hf" or a fixed gamma)
     a: dict[str, float]          # per task: agreement knob
     vanilla: dict[str, Run]
     plans: dict[str, dict[str, tuple[float, Run]]]
+    ratio: float | None = None   # draft_overhead="scaled": draft overhead / target overhead, shared by the tasks
+
+    def overheads(self) -> str:
+        """The fitted draft overheads, for a table's header line."""
+        d = self.over_d
+        if self.ratio is not None:
+            return f"draft per-forward overhead {self.ratio:.3f} x the target's"
+        if len(set(d.values())) == 1:
+            return f"draft per-forward overhead {next(iter(d.values())) * 1e3:.1f} ms"
+        return "draft per-forward overhead ms " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in d.items())
 
 
-def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...] = TASKS) -> Calibration:
-    """Fit the overheads, the agreement knobs and (sps="tuned") the SpS draft lengths; see the module doc."""
+def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...] = TASKS,
+              draft_overhead: str = "scaled") -> Calibration:
+    """Fit the overheads, the agreement knobs and (sps="tuned") the SpS draft lengths; see the module doc.
+    draft_overhead: "scaled" (r x each task's target overhead, one r) or "shared" (one draft overhead)."""
+    if draft_overhead not in DRAFT_OVERHEADS:
+        raise OuroborosError(f"draft overhead must be one of {', '.join(DRAFT_OVERHEADS)}, got {draft_overhead!r}")
     over_t: dict[str, float] = {}
     vanilla: dict[str, Run] = {}
     plans: dict[str, dict[str, tuple[float, Run]]] = {}
@@ -309,18 +329,26 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...
         if not plans[t.name]:
             raise OuroborosError(f"{t.name}: published SpS block efficiency {t.sps_eta} is out of reach")
 
+    scaled = draft_overhead == "scaled"
+
+    def draft_over(name: str, x: float) -> float:
+        return x * over_t[name] if scaled else x
+
     def best(name: str, over_d: float) -> str:
         ps = plans[name]
         return max(ps, key=lambda g: ps[g][1].tps(over_t[name], over_d))
 
-    def loss(over_d: float) -> float:
-        return sum(math.log(plans[t.name][best(t.name, over_d)][1].tps(over_t[t.name], over_d) / t.sps_tps) ** 2
-                   for t in tasks if t.sps_tps)
+    def loss(x: float) -> float:
+        return sum(math.log(plans[t.name][best(t.name, od)][1].tps(over_t[t.name], od) / t.sps_tps) ** 2
+                   for t in tasks if t.sps_tps for od in (draft_over(t.name, x),))
 
-    grid = [i * 1e-4 for i in range(1001)]   # 0 .. 100 ms (tuned gammas make the loss piecewise smooth)
-    over_d = min(grid, key=loss)
-    setting = {t.name: best(t.name, over_d) for t in tasks}
-    return Calibration(sps, over_t, over_d, setting, {k: plans[k][g][0] for k, g in setting.items()}, vanilla, plans)
+    # the loss is piecewise smooth (tuned gammas switch): a grid, 0 .. 3 x the target's, or 0 .. 100 ms
+    grid = [i * 1e-3 for i in range(3001)] if scaled else [i * 1e-4 for i in range(1001)]
+    x = min(grid, key=loss)
+    over_d = {t.name: draft_over(t.name, x) for t in tasks}
+    setting = {t.name: best(t.name, over_d[t.name]) for t in tasks}
+    return Calibration(sps, over_t, over_d, setting, {k: plans[k][g][0] for k, g in setting.items()}, vanilla, plans,
+                       x if scaled else None)
 
 
 def profile_calibration(n_prompts: int, seed: int, tasks: tuple[Task, ...] = TASKS) -> Calibration:
@@ -328,18 +356,16 @@ def profile_calibration(n_prompts: int, seed: int, tasks: tuple[Task, ...] = TAS
     by `python -m simulators.calibrate paper`) instead of a fresh fit: what `run ... sim=<profile>` runs with."""
     over_t: dict[str, float] = {}
     a: dict[str, float] = {}
-    over_d: set[float] = set()
+    over_d: dict[str, float] = {}
     vanilla: dict[str, Run] = {}
     plans: dict[str, dict[str, tuple[float, Run]]] = {}
     for t in tasks:
         prof = yi_profile(t)
         over_t[t.name], a[t.name] = float(prof["target_overhead_s"]), float(prof["alpha_easy"])
-        over_d.add(float(prof["draft_overhead_s"]))
+        over_d[t.name] = float(prof["draft_overhead_s"])
         vanilla[t.name] = run(t, "vanilla", {}, 0.5, n_prompts, seed)
         plans[t.name] = {"hf": (a[t.name], sps_plan(Trace(t, n_prompts, seed), a[t.name], "hf"))}
-    if len(over_d) != 1:
-        raise OuroborosError(f"the yi34b_6b profiles disagree on draft_overhead_s: {sorted(over_d)}")
-    return Calibration("hf", over_t, over_d.pop(), {t.name: "hf" for t in tasks}, a, vanilla, plans)
+    return Calibration("hf", over_t, over_d, {t.name: "hf" for t in tasks}, a, vanilla, plans)
 
 
 def yi_profile(task: Task) -> dict[str, Any]:
@@ -360,20 +386,23 @@ def profile_tasks(tasks: tuple[Task, ...] = TASKS) -> tuple[Task, ...]:
 
 
 def paper_profiles(n_prompts: int = 16, seed: int = 0, out_dir: Path | None = None, out=print,
-                   text: str = "none") -> list[Path]:
+                   text: str = "none", draft_overhead: str = "scaled") -> list[Path]:
     """Fit `validate paper`'s calibration (HF-schedule SpS prior) and write one profile per task. text: where the
-    surrogate target's text knobs come from (`text_knobs`)."""
+    surrogate target's text knobs come from (`text_knobs`); draft_overhead: as `calibrate`."""
     from simulators.sim_profiles import PAPER_TASK_KEYS, git_commit, write_profile
 
     tasks = tuple(replace(t, text=text_knobs(t, text)) for t in TASKS)
-    cal = calibrate(n_prompts, seed, "hf", tasks)
+    cal = calibrate(n_prompts, seed, "hf", tasks, draft_overhead)
+    draft_method = (f"draft overhead = {cal.ratio:.3f} x the task's target overhead, the ratio by least squares in log "
+                    "SpS token/s over the tasks with an SpS figure (shared); " if cal.ratio is not None else
+                    "draft overhead by least squares in log SpS token/s over the tasks with one (shared); ")
     commit = git_commit()
     paths = []
     for t in tasks:
         a = cal.a[t.name]
         fields = {"pair": "yi34b_6b", "corpus": t.corpus, **dict(t.text), "alpha_easy": round(a, 6),
                   "alpha_hard": round(a**4, 6), "target_overhead_s": round(cal.over_t[t.name], 6),
-                  "draft_overhead_s": round(cal.over_d, 6)}
+                  "draft_overhead_s": round(cal.over_d[t.name], 6)}
         fit = {"pair": "yi34b_6b (Yi-34B target, Yi-6B draft) on hardware=a800x2",
                "task": t.name,
                "inputs": {"vanilla_tok_s": t.vanilla_tps, "sps_tok_s": t.sps_tps, "sps_block_efficiency": t.sps_eta},
@@ -383,17 +412,17 @@ def paper_profiles(n_prompts: int = 16, seed: int = 0, out_dir: Path | None = No
                               "real Qwen2.5-Coder pair's recorded decisions, no published figure)" if t.text
                               else "the surrogate's defaults"),
                "method": "simulators.validate calibrate: target overhead so vanilla token/s matches (per task); "
-                         "draft overhead by least squares in log SpS token/s over the tasks with one (shared); "
-                         "agreement so SpS block efficiency matches, SpS = speculative schedule=hf (transformers' "
-                         "heuristic, starting at 5)",
+                         + draft_method + "agreement so SpS block efficiency matches, SpS = speculative "
+                         "schedule=hf (transformers' heuristic, starting at 5)",
                "surrogate_prompts": n_prompts, "seed": seed, "max_new_tokens": t.max_new,
-               "command": f"python -m simulators.calibrate paper --prompts {n_prompts} --seed {seed} --text {text}",
+               "command": f"python -m simulators.calibrate paper --prompts {n_prompts} --seed {seed} --text {text}"
+                          + ("" if draft_overhead == "scaled" else f" --draft-overhead {draft_overhead}"),
                "commit": commit}
         name = f"yi34b_6b_{PAPER_TASK_KEYS[t.name]}"
         paths.append(write_profile(name, f"Yi-34B/6B on 2x A800, {t.name}: calibration profile (paper figures)",
                                    fields, fit, out_dir))
         out(f"{name}: alpha_easy {a:.4f}, target overhead {cal.over_t[t.name] * 1e3:.2f} ms, draft overhead "
-            f"{cal.over_d * 1e3:.2f} ms -> {paths[-1]}")
+            f"{cal.over_d[t.name] * 1e3:.2f} ms -> {paths[-1]}")
     return paths
 
 
@@ -402,14 +431,17 @@ def err(pred: float, pub: float | None) -> str:
 
 
 def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
-          p_copy: dict[str, float] | None = None, profiles: bool = False, text: str = "none") -> list[dict[str, Any]]:
+          p_copy: dict[str, float] | None = None, profiles: bool = False, text: str = "none",
+          draft_overhead: str = "scaled") -> list[dict[str, Any]]:
     """p_copy: the surrogate target's copying per corpus ("code", "prose"; default None: the sim's own). profiles:
     predict from the stored calibration profiles (conf/sim/yi34b_6b_<task>.yaml) instead of fitting afresh. text: where
-    the surrogate target's text knobs come from (`text_knobs`: none, or decisions = the real Qwen pair's fits)."""
+    the surrogate target's text knobs come from (`text_knobs`: none, or decisions = the real Qwen pair's fits).
+    draft_overhead: as `calibrate`."""
     tasks = tuple(replace(t, p_copy=(p_copy or {}).get(t.corpus), text=text_knobs(t, text)) for t in TASKS)
     if profiles:
         tasks = profile_tasks(tasks)
-    cal = profile_calibration(n_prompts, seed, tasks) if profiles else calibrate(n_prompts, seed, sps, tasks)
+    cal = (profile_calibration(n_prompts, seed, tasks) if profiles
+           else calibrate(n_prompts, seed, sps, tasks, draft_overhead))
     rows: list[dict[str, Any]] = []
     runs: dict[str, dict[str, Run]] = {}
     for t in tasks:
@@ -427,9 +459,10 @@ def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
                                              runs[t.name]["speculative"].steps):
             raise OuroborosError(f"{t.name}: the SpS replay disagrees with the loop (a bug in sps_plan)")
     out(f"calibration ({n_prompts} surrogate prompts per task, seed {seed}, SpS draft length: "
-        f"{'HF assisted-generation schedule' if sps == 'hf' else 'best fixed gamma per task'}): draft per-forward "
-        f"overhead {cal.over_d * 1e3:.1f} ms; per task target overhead ms / SpS gamma / agreement knob: "
-        + ", ".join(f"{k} {cal.over_t[k] * 1e3:.1f}/{cal.setting[k]}/{cal.a[k]:.4f}" for k in cal.setting))
+        f"{'HF assisted-generation schedule' if sps == 'hf' else 'best fixed gamma per task'}): {cal.overheads()}; "
+        "per task target overhead ms / draft overhead ms / SpS gamma / agreement knob: "
+        + ", ".join(f"{k} {cal.over_t[k] * 1e3:.1f}/{cal.over_d[k] * 1e3:.1f}/{cal.setting[k]}/{cal.a[k]:.4f}"
+                    for k in cal.setting))
     hdr = (f"{'task':<10}{'method':<13}{'tok/s pred':>11}{'pub':>8}{'err':>8}{'x van pred':>11}{'pub':>7}{'err':>8}"
            f"{'eta pred':>9}{'pub':>7}{'err':>8}")
     out(hdr)
@@ -438,7 +471,7 @@ def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
     worst = 0.0
     for t in tasks:
         r = runs[t.name]
-        tps = {m: r[m].tps(cal.over_t[t.name], cal.over_d) for m in METHODS}
+        tps = {m: r[m].tps(cal.over_t[t.name], cal.over_d[t.name]) for m in METHODS}
         for m in METHODS:
             role = "fit" if m in ("vanilla", "speculative") else "predicted"
             pt, pe = t.pub_tps(m), t.pub_eta(m)
@@ -471,19 +504,20 @@ SENSITIVITY_BEST, SENSITIVITY_WORST, SENSITIVITY_STD = (29.32, (5, 14, 6)), (27.
 SENSITIVITY_GRID = ((3, 4, 5), (14, 15, 16), (5, 6, 7))  # gamma x W (= G) x beta (the level N), K = 3
 
 
-def sensitivity(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print) -> dict[str, Any]:
+def sensitivity(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
+                draft_overhead: str = "scaled") -> dict[str, Any]:
     """The paper's GSM8K grid on the `paper` calibration (nothing fitted to the grid): predicted best, worst and
     std of Ouroboros token/s against the published ones."""
     import itertools
     import statistics
 
-    cal = calibrate(n_prompts, seed, sps)
+    cal = calibrate(n_prompts, seed, sps, draft_overhead=draft_overhead)
     task = next(t for t in TASKS if t.name == "GSM8K")
     a = cal.a[task.name]
     tps: dict[tuple[int, int, int], float] = {}
     for g, w, b in itertools.product(*SENSITIVITY_GRID):
         r = run(task, "ouroboros", {"gamma": g, "W": w, "G": w, "N": b, "K": 3}, a, n_prompts, seed)
-        tps[(g, w, b)] = r.tps(cal.over_t[task.name], cal.over_d)
+        tps[(g, w, b)] = r.tps(cal.over_t[task.name], cal.over_d[task.name])
     best, worst = max(tps, key=tps.__getitem__), min(tps, key=tps.__getitem__)
     std = statistics.pstdev(tps.values())
     (pb, pbp), (pw, pwp), ps = SENSITIVITY_BEST, SENSITIVITY_WORST, SENSITIVITY_STD
@@ -528,6 +562,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="copy-rate: humaneval, mtbench or a JSONL file of {prompt, completion} lines (=code or "
                          "=prose: the surrogate corpus to compare with); default humaneval=code and mtbench=prose")
     ap.add_argument("--window", type=int, default=256, help="copy-rate: how far back copying looks (tokens)")
+    ap.add_argument("--draft-overhead", choices=DRAFT_OVERHEADS, default="scaled",
+                    help="paper, sensitivity: the draft's fitted per-forward overhead: r x each task's target overhead "
+                         "(one ratio r), or one overhead for all tasks")
     ap.add_argument("--text", choices=["none", "decisions"], default="none",
                     help="paper: the surrogate target's text knobs: the defaults, or the decision profiles fitted to "
                          "the real Qwen2.5-Coder pair on a task of the same kind (no published figure)")
@@ -542,14 +579,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim", default=None, help="decisions: the sim profile to check (conf/sim/<name>.yaml)")
     ap.add_argument("--tokenizer", default=None, help="decisions: the pair's tokenizer dir (default: the fetched one)")
     a = ap.parse_args(argv)
-    if a.profiles and (a.sps != "hf" or a.check != "paper" or a.text != "none"):
-        raise OuroborosError("--profiles goes with `paper` and the HF SpS prior, without --text (the profiles were "
-                             "fitted with the prior and hold their own text knobs)")
+    if a.profiles and (a.sps != "hf" or a.check != "paper" or a.text != "none" or a.draft_overhead != "scaled"):
+        raise OuroborosError("--profiles goes with `paper` and the HF SpS prior, without --text or --draft-overhead "
+                             "(the profiles were fitted with the prior and hold their own text knobs and overheads)")
     for flag, value, least in (("--prompts", a.prompts, 1), ("--tokens", a.tokens, 1), ("--window", a.window, 3)):
         if value < least:
             raise OuroborosError(f"{flag} must be >= {least}, got {value}")
     if a.check == "paper":
-        paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy), profiles=a.profiles, text=a.text)
+        paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy), profiles=a.profiles, text=a.text,
+              draft_overhead=a.draft_overhead)
     elif a.check == "decisions":
         from ouroboros.fetch import default_cache_dir
         from simulators.decisions import validate_main
@@ -560,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         root = a.dir or str(default_cache_dir() / "decisions" / f"{a.model}-{a.dataset}-{a.max_new_tokens}")
         validate_main(root, a.sim, a.model, a.tokenizer)
     elif a.check == "sensitivity":
-        sensitivity(a.prompts, a.seed, a.sps)
+        sensitivity(a.prompts, a.seed, a.sps, draft_overhead=a.draft_overhead)
     elif a.check == "copy-rate":
         from simulators.copyrate import report
 

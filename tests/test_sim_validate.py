@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from ouroboros.backends.base import OuroborosError
 from simulators.validate import TASKS, Run, Trace, fit_agreement, run, sps_plan
 
 SMALL = replace(TASKS[3], max_new=40)  # CNN/DM settings, short outputs
@@ -56,3 +57,20 @@ def test_sensitivity_grid_on_the_paper_calibration():
     assert r["std"] > 0  # the knobs matter
     best_line = next(x for x in lines if x.startswith("best"))
     assert f"{SENSITIVITY_BEST[0]:.2f}" in best_line and str(r["best"]) in best_line
+
+
+def test_draft_overhead_scales_with_the_tasks_target_overhead():
+    from simulators.validate import calibrate
+
+    tasks = TASKS[1:4]   # MBPP (no SpS figure), GSM8K, CNN/DM
+    scaled = calibrate(1, 0, "hf", tasks)
+    assert scaled.ratio is not None and 0 < scaled.ratio < 3
+    for t in tasks:   # MBPP's draft overhead comes from its own vanilla fit, through the shared ratio
+        assert scaled.over_d[t.name] == pytest.approx(scaled.ratio * scaled.over_t[t.name])
+    assert len({round(v, 9) for v in scaled.over_d.values()}) == 3
+    assert "x the target's" in scaled.overheads()
+    shared = calibrate(1, 0, "hf", tasks, draft_overhead="shared")
+    assert shared.ratio is None and len(set(shared.over_d.values())) == 1
+    assert shared.over_t == scaled.over_t   # the target's overheads do not depend on the draft's
+    with pytest.raises(OuroborosError, match="draft overhead must be one of scaled, shared"):
+        calibrate(1, 0, "hf", tasks, draft_overhead="per-layer")
