@@ -286,7 +286,9 @@ def profiles_main(what: str, argv: list[str]) -> int:
     ap.add_argument("--text", choices=["none", "decisions"], default="none",
                     help="the surrogate target's text knobs: the defaults, or the decision profiles fitted to the real "
                          "Qwen2.5-Coder pair on a task of the same kind (simulators.validate.TEXT_PROFILES)")
-    ap.add_argument("--draft-overhead", choices=("scaled", "shared"), default="scaled",
+    from simulators.validate import DRAFT_OVERHEADS
+
+    ap.add_argument("--draft-overhead", choices=DRAFT_OVERHEADS, default="scaled",
                     help="the draft's per-forward overhead: r x each task's target overhead (one ratio r, fitted), or "
                          "one overhead for all tasks (simulators.validate's module doc)")
     a = ap.parse_args(argv)
