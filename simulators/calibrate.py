@@ -9,6 +9,15 @@ tree-masked forwards instead), the median of `--repeats` runs after a warm-up (`
 to the fastest of 3, this CPU's in-loop forwards ran 10-15% slower than modelled (simulators.realcheck).
 Then the LM head's cost per logits row (`measure_head`): a long forward timed scored (logits at every row) and as a
 prefill (last row only), so a modelled prefill is charged one row, as the real one computes.
+
+`--weights random` times random-init stock models of the pair's `profile:` shapes (`ModelProfile.hf_config`: exactly
+the real parameter count) instead of loading weights: what a forward costs does not depend on the weights' values, so
+a pair whose weights are not at hand (Yi-34B/6B, Llama-2-70B/7B) can be measured on the machine it would run on:
+
+    python -m simulators.calibrate --model yi34b_6b --weights random --device cuda --dtype float16 \
+      --attention eager --ks 1,2,4,8,16,32,64,96,128,160,192,256 --ctxs 128,1024 --out conf/hardware/h200_local.yaml
+
+`--device` picks the device (cpu, cuda, cuda:N); the profile's spec fields are then measured there too.
 Knows nothing of strategies.
 """
 
@@ -19,16 +28,15 @@ import platform
 import random
 import statistics
 import sys
-import time
 from dataclasses import replace
 from typing import Any
 
 import yaml
 
 from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import OuroborosError, cli
+from ouroboros.backends.base import OuroborosError, WallClock, cli
 from ouroboros.draft import Draft
-from simulators.cost_model import CostModel, FitPoint, FitReport, fit
+from simulators.cost_model import MIN_FIT_POINTS, CostModel, FitPoint, FitReport, fit
 from simulators.profiles import conf_root, load_conf
 
 
@@ -144,36 +152,53 @@ def report(name: str, pts: list[FitPoint], cm: CostModel, rep: FitReport) -> str
     return "\n".join(lines)
 
 
-def machine_figures() -> dict[str, float]:
-    """Rough peak figures of this CPU (copy bandwidth, fp32 matmul rate) for the profile's spec fields."""
+def machine_figures(device: str = "cpu") -> dict[str, float]:
+    """Rough peak figures of the device for the profile's spec fields: memory, copy bandwidth and matmul rate (fp32
+    on a CPU; fp16 on a GPU, whose tensor cores the 16-bit forwards use)."""
     import torch
 
-    a = torch.ones(64 * 1024 * 1024 // 4)  # 64 MB
+    gpu = device.startswith("cuda")
+    dev = torch.device(device)
+    now = WallClock(cuda=gpu).now
+    n, dt = (256 if gpu else 16) * 1024 * 1024, (torch.float16 if gpu else torch.float32)
+    a = torch.ones(n, dtype=dt, device=dev)  # 512 MB on a GPU, 64 MB on a CPU
     b = torch.empty_like(a)
     b.copy_(a)
-    t0 = time.perf_counter()
+    t0 = now()
     for _ in range(5):
         b.copy_(a)
-    bw = 5 * 2 * a.numel() * 4 / (time.perf_counter() - t0)
-    m = torch.randn(1024, 1024)
+    bw = 5 * 2 * a.numel() * a.element_size() / (now() - t0)
+    side = 8192 if gpu else 1024
+    m = torch.randn(side, side, device=dev).to(dt)
     m @ m
-    t0 = time.perf_counter()
+    t0 = now()
     for _ in range(5):
         m @ m
-    fl = 5 * 2 * 1024**3 / (time.perf_counter() - t0)
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    fl = 5 * 2 * side**3 / (now() - t0)
+    mem = (torch.cuda.get_device_properties(dev).total_memory if gpu
+           else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     return {"mem_gb": round(mem / 1e9, 1), "mem_bw_gb_s": round(bw / 1e9, 1), "tflops": round(fl / 1e12, 4)}
 
 
-def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: int, note: str) -> None:
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    return platform.processor() or platform.machine()
+
+
+def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: int, note: str, device: str = "cpu",
+                  attention: str = "fused") -> None:
     doc: dict[str, Any] = {}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f) or {}
-    figs = machine_figures()
+    figs = machine_figures(device)
+    where = f"{device_name(device)}, {device}" + ("" if device.startswith("cuda") else f", {threads} threads")
     doc.update({"name": name, "devices": 1, "placement": "single", "runtime_gb": 1.0, "tile": 1, **figs,
-                "source": f"measured on this machine ({platform.processor() or platform.machine()}, {threads} threads) "
-                          f"by python -m simulators.calibrate; {note}"})
+                "attention": attention,
+                "source": f"measured on this machine ({where}) by python -m simulators.calibrate; {note}"})
     fitted = dict(doc.get("costs") or {})
     for model_name, cm in costs.items():
         d = cm.to_dict()
@@ -181,19 +206,62 @@ def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: in
         fitted[model_name] = {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in d.items()}
     doc["costs"] = fitted
     with open(path, "w", encoding="utf-8") as f:
-        f.write("# Written by `python -m simulators.calibrate`: the local CPU, with cost models fitted to measured\n"
-                "# forwards (costs: by model name). Spec fields: rough measurements (copy bandwidth, fp32 matmul).\n")
+        f.write("# Written by `python -m simulators.calibrate`: the local device, with cost models fitted to measured\n"
+                "# forwards (costs: by model name). Spec fields: rough measurements (copy bandwidth, matmul rate).\n")
         yaml.safe_dump(doc, f, sort_keys=False)
 
 
-def load_backends(model: dict[str, Any], dtype: str):
+def load_backends(model: dict[str, Any], dtype: str, device: str = "cpu"):
     from ouroboros.backends.hf import HFBackend
     from ouroboros.models import load_pair
 
-    pair = load_pair(model, dtype=dtype)
+    pair = load_pair(model, dtype=dtype, device=device)
     out = {"target": HFBackend(pair.target, name="target")}
     if pair.draft is not None:
         out["draft"] = HFBackend(pair.draft, name="draft")
+    return out
+
+
+def free_bytes(device: str) -> int:
+    """Memory free on the device now (a GPU's free memory; a CPU's available RAM)."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    with open("/proc/meminfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def random_backends(model: dict[str, Any], dtype: str, device: str, attention: str | None = None, who: str = "model"):
+    """Random-init stock models of the pair's `profile:` shapes on `device` (no weights loaded). Refused with one
+    line, before anything is built, when their weights would not fit in the device's free memory."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ouroboros.backends.hf import HFBackend
+    from ouroboros.models import check_device, parse_dtype
+    from simulators.profiles import PairProfile
+
+    pair = PairProfile.from_model_cfg(model)
+    check_device(device)
+    if device == "auto":
+        raise OuroborosError("--weights random times one device: --device cpu, cuda or cuda:N")
+    tdt = parse_dtype(dtype)
+    need = (pair.target.params + pair.draft.params) * torch.finfo(tdt).bits // 8
+    have = free_bytes(device)
+    if need > 0.9 * have:
+        raise OuroborosError(f"{who}: random {pair.target.name} + {pair.draft.name} weights need {need / 1e9:.3g} GB "
+                             f"in {dtype}; {device} has {have / 1e9:.3g} GB free")
+    out = {}
+    for side, prof in (("target", pair.target), ("draft", pair.draft)):
+        torch.manual_seed(0)
+        with torch.device(device):
+            m = AutoModelForCausalLM.from_config(prof.hf_config(), dtype=tdt,
+                                                 **({"attn_implementation": attention} if attention else {}))
+        out[side] = HFBackend(m.eval(), name=side)
     return out
 
 
@@ -218,12 +286,20 @@ def main(argv: list[str] | None = None) -> int:
                                                    "cost model (ouroboros/batch.py) is fitted on all points")
     ap.add_argument("--batch-ks", default="1,2,3,5,8", help="k per row of the batched points")
     ap.add_argument("--batch-ctxs", default="128,384", help="ctx per row of the batched points")
+    ap.add_argument("--weights", choices=["real", "random"], default="real",
+                    help="real: load the pair's weights; random: random-init models of its profile: shapes (no "
+                         "download; a forward costs the same)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--attention", choices=["eager", "sdpa"], default=None,
+                    help="--weights random: transformers' attention implementation (default: transformers' own)")
     ap.add_argument("--out", default=str(conf_root() / "hardware" / "cpu_local.yaml"))
     ap.add_argument("--hardware-name", default="cpu_local")
     a = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(a.threads)
+    if a.attention and a.weights != "random":
+        raise OuroborosError("--attention is for --weights random (real models keep the attention they load with)")
     model = load_conf("model", a.model)
     if a.names:
         names = a.names.split(",")
@@ -232,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
         if not prof:
             raise OuroborosError(f"model {a.model!r} has no profile: section; pass --names target[,draft]")
         names = [prof["target"]["name"], prof["draft"]["name"]]
+    if a.weights == "random" and not model.get("profile"):
+        raise OuroborosError(f"--weights random builds the models from a profile: section; model {a.model!r} has none")
+    if a.weights == "real" and model.get("kind") == "profile":
+        raise OuroborosError(f"model {a.model!r} is a simulator profile (no weights to load): use --weights random")
     try:
         ks = [int(x) for x in a.ks.split(",")]
         ctxs = [int(x) for x in a.ctxs.split(",")]
@@ -243,10 +323,18 @@ def main(argv: list[str] | None = None) -> int:
                              f"({e})") from None
     if min(ks + bks) < 1 or min(ctxs + bctxs) < 0 or a.repeats < 1 or min(batches) < 1:
         raise OuroborosError("calibration needs k >= 1, ctx >= 0, batches >= 1 and repeats >= 1")
-    backends = load_backends(model, a.dtype)
+    n_points = len(set(ks)) * len(set(ctxs)) + sum(b > 1 for b in set(batches)) * len(set(bks)) * len(set(bctxs))
+    if n_points < MIN_FIT_POINTS:
+        raise OuroborosError(f"--ks x --ctxs (+ batched points) give {n_points} points; the cost model's fit needs "
+                             f">= {MIN_FIT_POINTS}")
+    if a.weights == "random":
+        backends = random_backends(model, a.dtype, a.device, a.attention, who=f"model {a.model!r}")
+    else:
+        backends = load_backends(model, a.dtype, a.device)
     costs = {}
     for (side, be), nm in zip(backends.items(), names, strict=False):
-        print(f"timing {side} ({nm}), {a.dtype}, {a.threads} threads")
+        print(f"timing {side} ({nm}), {a.dtype}, {a.weights} weights on {a.device}"
+              + ("" if a.device.startswith("cuda") else f", {a.threads} threads"))
         pts = measure(be, ks, ctxs, a.repeats, a.tree, stat=a.stat)
         pts += measure_batch(be, batches, bks, bctxs, a.repeats, stat=a.stat)
         cm, rep = fit(pts, name=nm)
@@ -255,9 +343,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{nm}: LM head {cm.head_s_per_row * 1e3:.3f} ms per logits row (a prefill keeps one row)")
         costs[nm] = cm
     write_profile(a.out, a.hardware_name, costs, a.threads,
-                  f"{a.dtype}, {'tree' if a.tree else 'chain'} forwards, ks {a.ks}, ctxs {a.ctxs}, "
+                  f"{a.dtype}, {a.weights} weights" + (f", {a.attention} attention" if a.attention else "")
+                  + f", {'tree' if a.tree else 'chain'} forwards, ks {a.ks}, ctxs {a.ctxs}, "
                   + (f"batches {a.batches} (ks {a.batch_ks}, ctxs {a.batch_ctxs}), " if max(batches) > 1 else "")
-                  + f"{a.stat} of {a.repeats}")
+                  + f"{a.stat} of {a.repeats}", device=a.device,
+                  attention="eager" if a.attention == "eager" else "fused")
     print(f"profile written to {a.out}")
     return 0
 

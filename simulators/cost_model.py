@@ -229,6 +229,7 @@ class FitReport:
 
 
 _FIT_FIELDS = ("fixed_s", "token_s", "weight_s", "flop_s_per_token", "kv_s_per_ctx", "attn_s_per_q_ctx")
+MIN_FIT_POINTS = len(_FIT_FIELDS)
 
 
 def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name: str = "fitted"
@@ -238,8 +239,8 @@ def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name
     import numpy as np
     from scipy.optimize import least_squares
 
-    if len(points) < len(_FIT_FIELDS):
-        raise OuroborosError(f"fitting the cost model needs >= {len(_FIT_FIELDS)} points, got {len(points)}")
+    if len(points) < MIN_FIT_POINTS:
+        raise OuroborosError(f"fitting the cost model needs >= {MIN_FIT_POINTS} points, got {len(points)}")
     if any(p.seconds <= 0 or p.k < 1 or p.ctx < 0 or p.batch < 1 for p in points):
         raise OuroborosError("fit points need k >= 1, ctx >= 0, batch >= 1 and seconds > 0")
     b = np.array([p.batch for p in points], dtype=float)

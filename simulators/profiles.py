@@ -85,6 +85,18 @@ class ModelProfile:
     def kv_bytes_per_token(self, dtype_bytes: float) -> float:
         return 2 * self.layers * self.kv_dim * dtype_bytes
 
+    def hf_config(self):
+        """A stock transformers config of this shape (Qwen2 where the q/k/v projections carry biases, else Llama):
+        a random-init model of it has exactly `params` parameters and costs what the real model costs per forward
+        (`simulators.calibrate --weights random` times one on any device without the weights)."""
+        from transformers import LlamaConfig, Qwen2Config
+
+        kw = {"vocab_size": self.vocab, "hidden_size": self.hidden, "intermediate_size": self.intermediate,
+              "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
+              "num_key_value_heads": self.kv_heads, "max_position_embeddings": self.max_context,
+              "tie_word_embeddings": self.tie_embeddings}
+        return Qwen2Config(**kw) if self.qkv_bias else LlamaConfig(**kw)
+
 
 @dataclass(frozen=True)
 class PairProfile:

@@ -48,3 +48,65 @@ def test_timing_statistic():
     assert pick([0.3, 0.1, 0.2], "median") == 0.2 and pick([0.3, 0.1, 0.2], "min") == 0.1
     with pytest.raises(OuroborosError, match="unknown timing statistic 'mean'"):
         pick([0.1], "mean")
+
+
+def test_profile_shapes_build_stock_models_of_exactly_their_parameter_count():
+    """`ModelProfile.hf_config`: the random-init model `--weights random` times has the profile's parameters, for
+    every pair with a profile (Llama shapes and Qwen2's biased, tied ones); built on the meta device (no memory)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from simulators.profiles import PairProfile, conf_root, load_conf
+
+    seen = set()
+    for path in sorted((conf_root() / "model").glob("*.yaml")):
+        cfg = load_conf("model", path.stem)
+        if not cfg.get("profile"):
+            continue
+        pair = PairProfile.from_model_cfg(cfg)
+        for prof in (pair.target, pair.draft):
+            with torch.device("meta"):
+                m = AutoModelForCausalLM.from_config(prof.hf_config())
+            assert sum(p.numel() for p in m.parameters()) == prof.params, prof.name
+            assert m.config.num_hidden_layers == prof.layers and m.config.num_key_value_heads == prof.kv_heads
+            seen.add(type(m).__name__)
+    assert {"LlamaForCausalLM", "Qwen2ForCausalLM"} <= seen
+
+
+def _profile_only(monkeypatch, profile):
+    import simulators.calibrate as cal
+
+    monkeypatch.setattr(cal, "load_conf", lambda group, name: {"name": name, "kind": "profile", "profile": profile})
+
+
+def test_calibrate_random_weights_of_a_profile(tmp_path, capsys, monkeypatch):
+    """A profile-only pair (no weights anywhere) is timed as random-init models of its shapes and fitted."""
+    qwenish = {**TINY_PROFILE, "target": {**TINY_PROFILE["target"], "qkv_bias": True, "tie_embeddings": True}}
+    _profile_only(monkeypatch, qwenish)
+    out = tmp_path / "dev.yaml"
+    rc = main(["--model", "shape-only", "--weights", "random", "--attention", "eager", "--dtype", "float32",
+               "--ks", "1,4,16", "--ctxs", "8,32", "--repeats", "1", "--threads", "1", "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "timing target (tiny-t), float32, random weights on cpu" in text
+    assert "tiny-t: fit error mean" in text and "tiny-d: fit error mean" in text
+    hw = yaml.safe_load(out.read_text())
+    assert set(hw["costs"]) == {"tiny-t", "tiny-d"} and hw["attention"] == "eager"
+    assert "random weights, eager attention" in hw["source"]
+    pair = make_pair({"name": "tiny", "profile": TINY_PROFILE}, hw, {"dtype": "fp32", "ctx": 512})
+    assert pair.costs["draft"].name.endswith("/fitted") and pair.costs["draft"].forward_s(4, 8) > 0
+
+
+def test_calibrate_random_weights_refuses_what_does_not_fit(tmp_path, capsys, monkeypatch):
+    """Weights larger than the device's free memory: one line naming the sizes, before anything is built."""
+    import simulators.calibrate as cal
+
+    _profile_only(monkeypatch, TINY_PROFILE)
+    monkeypatch.setattr(cal, "free_bytes", lambda device: 1_000_000)
+    built = []
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_config", lambda *a, **k: built.append(a))
+    out = tmp_path / "dev.yaml"
+    assert main(["--model", "shape-only", "--weights", "random", "--dtype", "float32", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "random tiny-t + tiny-d weights need 0.0163 GB in float32; cpu has 0.001 GB free" in err[0]
+    assert not built and not out.exists()
