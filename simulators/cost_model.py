@@ -6,7 +6,12 @@
 - fixed_s: per-forward framework / launch / per-layer overheads (large in HF eager mode) + pipeline hops;
 - token_s: per-token costs that are neither weight reads nor matmuls (activation transfers, elementwise);
 - max(...): the roofline of the weight matmuls (all decoder layers + LM head): reading every weight once
-  (memory bound, small k) vs 2 * params FLOP per token (compute bound, large k), k rounded up to the tile;
+  (memory bound, small k) vs 2 * params FLOP per token (compute bound, large k), k rounded up to the tile.
+  `roofline_p` > 0 replaces the sharp max(w, f) with the smooth (w^p + f^p)^(1/p): real kernels fall below both
+  ceilings near the ridge (k where w = f), by 2^(1/p) at the ridge itself (p = 1: weight streaming and compute do
+  not overlap at all), and approach the max far from it. 0 (the default) keeps the sharp roofline. Only a
+  measurement sets it (`fit` chooses it with the tile: `simulators.calibrate` on the machine, `--weights random`
+  where the weights are not at hand);
 - kv_s_per_ctx: reading one cached token's K and V in every layer; attn_s_per_q_ctx: the QK^T and AV cost of one
   query x one key (the k new tokens attend to the ctx cached ones and to each other: k x (ctx + k) pairs).
   With `attention: eager` in the hardware profile (HF transformers' eager LlamaAttention, as the Ouroboros
@@ -63,6 +68,7 @@ class CostModel:
     kv_s_per_ctx: float = 0.0
     attn_s_per_q_ctx: float = 0.0
     head_s_per_row: float = 0.0
+    roofline_p: float = 0.0      # 0: max(weights, flops); p > 0: (w^p + f^p)^(1/p) (module doc)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -72,15 +78,32 @@ class CostModel:
                 raise OuroborosError(f"cost model {self.name!r}: {f.name} must be >= 0, got {v}")
         if self.tile < 1:
             raise OuroborosError(f"cost model {self.name!r}: tile must be >= 1, got {self.tile}")
+        if math.isinf(self.roofline_p):
+            raise OuroborosError(f"cost model {self.name!r}: roofline_p must be finite (0 = the sharp roofline)")
+
+    def matmul_s(self, tokens: int) -> float:
+        """The weight matmuls of one forward over `tokens` tokens (all rows of a batch): the roofline of reading
+        every weight once vs their FLOPs, tokens rounded up to the tile (module doc)."""
+        mm = self.flop_s_per_token * (-(-tokens // self.tile) * self.tile)
+        p = self.roofline_p
+        if not p:
+            return mm if mm > self.weight_s else self.weight_s
+        w = self.weight_s
+        hi = mm if mm > w else w
+        return hi * (1.0 + (min(mm, w) / hi) ** p) ** (1.0 / p) if hi > 0 else 0.0
 
     def forward_s(self, k: int, ctx: int, logits: int | None = None) -> float:
         """Seconds for one forward of k >= 1 new tokens over ctx >= 0 cached tokens, computing `logits` rows of
         the LM head (default: all k)."""
         if k <= 0 or ctx < 0:
             raise OuroborosError(f"a forward needs k >= 1 new tokens and ctx >= 0 cached ones, got k={k}, ctx={ctx}")
-        kt = -(-k // self.tile) * self.tile
-        mm = self.flop_s_per_token * kt
-        t = (self.fixed_s + self.token_s * k + (mm if mm > self.weight_s else self.weight_s)
+        if self.roofline_p:
+            mm = self.matmul_s(k)
+        else:  # the sharp roofline inline: the simulator's hot path
+            mm = self.flop_s_per_token * (-(-k // self.tile) * self.tile)
+            if mm < self.weight_s:
+                mm = self.weight_s
+        t = (self.fixed_s + self.token_s * k + mm
              + ctx * self.kv_s_per_ctx + self.attn_s_per_q_ctx * k * (ctx + k))
         if logits is not None and logits < k and self.head_s_per_row:
             floor = self.fixed_s + self.weight_s + ctx * self.kv_s_per_ctx
@@ -106,9 +129,7 @@ class CostModel:
             attn += k * (ctx + k)
             if lg is not None and lg < k:
                 saved += k - max(lg, 1)
-        kt = -(-int(ks) // self.tile) * self.tile
-        mm = self.flop_s_per_token * kt
-        t = (self.fixed_s + self.token_s * ks + (mm if mm > self.weight_s else self.weight_s)
+        t = (self.fixed_s + self.token_s * ks + self.matmul_s(int(ks))
              + kv * self.kv_s_per_ctx + self.attn_s_per_q_ctx * attn)
         if saved and self.head_s_per_row:
             t = max(t - self.head_s_per_row * saved, self.fixed_s + self.weight_s + kv * self.kv_s_per_ctx)
@@ -120,9 +141,7 @@ class CostModel:
         if batch == 1:
             return self.forward_s(k, ctx)
         ks = batch * k
-        kt = -(-ks // self.tile) * self.tile
-        mm = self.flop_s_per_token * kt
-        return (self.fixed_s + self.token_s * ks + (mm if mm > self.weight_s else self.weight_s)
+        return (self.fixed_s + self.token_s * ks + self.matmul_s(ks)
                 + batch * ctx * self.kv_s_per_ctx + self.attn_s_per_q_ctx * batch * k * (ctx + k))
 
     def scaled(self, factor: float) -> CostModel:
@@ -178,6 +197,7 @@ def from_spec(model: ModelProfile, hw: Hardware, dtype: str = "fp16") -> CostMod
         token += 2 * model.layers * 2 * (d - 1) / d * model.hidden * b / link
     head = 2.0 * model.vocab * model.hidden / fl / (d if hw.placement == "tensor" and d > 1 else 1)
     return CostModel(fixed_s=fixed, token_s=token, weight_s=weight_s, flop_s_per_token=flop_tok, tile=hw.tile,
+                     roofline_p=hw.roofline_p,
                      kv_s_per_ctx=kv, attn_s_per_q_ctx=attn, head_s_per_row=head,
                      name=f"{model.name}@{hw.name}/{dtype}")
 
@@ -232,10 +252,15 @@ _FIT_FIELDS = ("fixed_s", "token_s", "weight_s", "flop_s_per_token", "kv_s_per_c
 MIN_FIT_POINTS = len(_FIT_FIELDS)
 
 
-def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name: str = "fitted"
-        ) -> tuple[CostModel, FitReport]:
+ROOFLINE_PS = (0.0, 1.0, 2.0, 4.0)   # the roofline shapes `fit` tries: sharp, then smooth (module doc)
+
+
+def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name: str = "fitted",
+        roofline_ps: tuple[float, ...] = ROOFLINE_PS) -> tuple[CostModel, FitReport]:
     """Least squares (relative residuals, non-negative parameters) of the cost formula over measured points;
-    the tile is chosen from `tiles` by the best fit."""
+    the tile and the roofline's shape (`roofline_p`) are chosen from `tiles` x `roofline_ps` by the best fit (a
+    smooth shape must beat the sharp one by more than 1 point of mean relative error to be taken: it has no more
+    parameters, but a noisy grid should not buy one)."""
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -249,24 +274,38 @@ def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name
     ctx = np.array([p.ctx for p in points], dtype=float)
     t = np.array([p.seconds for p in points])
     scale = float(t.min())
-    best: tuple[float, CostModel] | None = None
-    for tile in tiles:
-        kt = np.ceil(k / tile) * tile
+    def roof(weight, mm, p):
+        if not p:
+            return np.maximum(weight, mm)
+        hi = np.maximum(np.maximum(weight, mm), 1e-300)
+        return hi * (1.0 + (np.minimum(weight, mm) / hi) ** p) ** (1.0 / p)
 
-        def model(x, kt=kt):
-            fixed, token, weight, flop, kv, attn = x
-            return (fixed + token * k + np.maximum(weight, flop * kt) + b * ctx * kv
-                    + attn * b * kq * (ctx + kq))
+    best: dict[bool, tuple[float, CostModel]] = {}   # sharp / smooth -> (mean error, model)
+    for p in roofline_ps:
+        for tile in tiles:
+            kt = np.ceil(k / tile) * tile
 
-        x0 = np.array([0.3 * scale, 0.1 * scale / max(k.max(), 1), 0.5 * scale, scale / max(kt.max(), 1),
-                       0.01 * scale / max(ctx.max(), 1), 0.001 * scale / max((k * ctx).max(), 1)])
-        res = least_squares(lambda x, model=model: model(x) / t - 1, x0, bounds=(0, np.inf), x_scale=x0 + 1e-12,
-                            max_nfev=4000)
-        cm = CostModel(**dict(zip(_FIT_FIELDS, (float(v) for v in res.x), strict=True)), tile=tile, name=name)
-        err = float(np.abs(model(res.x) / t - 1).mean())
-        if best is None or err < best[0]:
-            best = (err, cm)
-    assert best is not None
-    cm = best[1]
+            def model(x, kt=kt, p=p):
+                fixed, token, weight, flop, kv, attn = x
+                return (fixed + token * k + roof(weight, flop * kt, p) + b * ctx * kv
+                        + attn * b * kq * (ctx + kq))
+
+            x0 = np.array([0.3 * scale, 0.1 * scale / max(k.max(), 1), 0.5 * scale, scale / max(kt.max(), 1),
+                           0.01 * scale / max(ctx.max(), 1), 0.001 * scale / max((k * ctx).max(), 1)])
+            res = least_squares(lambda x, model=model: model(x) / t - 1, x0, bounds=(0, np.inf),
+                                x_scale=x0 + 1e-12, max_nfev=4000)
+            cm = CostModel(**dict(zip(_FIT_FIELDS, (float(v) for v in res.x), strict=True)), tile=tile,
+                           roofline_p=float(p), name=name)
+            err = float(np.abs(model(res.x) / t - 1).mean())
+            if bool(p) not in best or err < best[bool(p)][0]:
+                best[bool(p)] = (err, cm)
+    if not best:
+        raise OuroborosError("fit needs at least one tile and one roofline shape")
+    sharp, smooth = best.get(False), best.get(True)
+    if smooth is not None and (sharp is None or smooth[0] < sharp[0] - 0.01):
+        cm = smooth[1]
+    else:
+        assert sharp is not None
+        cm = sharp[1]
     rel = tuple(cm.batch_forward_s([(p.k, p.ctx, None)] * p.batch) / p.seconds - 1 for p in points)
     return cm, FitReport(sum(map(abs, rel)) / len(rel), max(map(abs, rel)), rel)

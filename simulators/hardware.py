@@ -29,6 +29,7 @@ class Hardware:
     bw_eff: float = 0.8             # achieved fraction of mem_bw at batch 1
     flop_eff: float = 0.6           # achieved fraction of tflops on skinny matmuls
     tile: int = 16                  # k is rounded up to a multiple of this (tensor-core / blocking tile)
+    roofline_p: float = 0.0         # 0: the sharp roofline max(weights, FLOPs); p > 0: smooth (cost_model doc)
     forward_overhead_s: float = 0.0  # fixed cost per forward (framework, launch, host<->device sync)
     layer_overhead_s: float = 0.0   # per decoder layer per forward (kernel launches in eager mode)
     link_gb_s: float = 0.0          # device-to-device bandwidth (NVLink), GB/s
@@ -85,6 +86,9 @@ class Hardware:
                 raise OuroborosError(f"hardware {n!r}: {f} must be >= 0, got {getattr(self, f)}")
         if self.tile < 1:
             raise OuroborosError(f"hardware {n!r}: tile must be >= 1, got {self.tile}")
+        if not 0 <= self.roofline_p <= 64:
+            raise OuroborosError(f"hardware {n!r}: roofline_p must be in [0, 64] (0 = the sharp roofline), got "
+                                 f"{self.roofline_p}")
         if self.placement != "single" and self.devices > 1 and self.link_gb_s <= 0:
             raise OuroborosError(f"hardware {n!r}: {self.placement} placement over {self.devices} devices "
                                  "needs link_gb_s > 0")

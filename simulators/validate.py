@@ -80,6 +80,7 @@ class Task:
     ouro_eta: float | None       # (held out)
     p_copy: float | None = None  # the surrogate target's copying (not a published figure; `--p-copy`; None: sim's)
     text: tuple[tuple[str, Any], ...] = ()  # the surrogate target's text knobs (`--text decisions`; override p_copy)
+    roofline_p: float = 0.0      # the A800 roofline's shape (`--roofline-p`: a sensitivity, never fitted; cost_model)
 
     def pub_tps(self, m: str) -> float | None:
         return {"vanilla": self.vanilla_tps, "speculative": self.sps_tps, "lookahead": self.la_tps,
@@ -104,9 +105,11 @@ TASKS = (
 )
 
 
-def base_hardware() -> dict[str, Any]:
-    """a800x2 with its ESTIMATED per-forward overheads removed: calibration puts fitted ones in their place."""
-    return {**load_conf("hardware", "a800x2"), "forward_overhead_s": 0.0, "layer_overhead_s": 0.0}
+def base_hardware(roofline_p: float = 0.0) -> dict[str, Any]:
+    """a800x2 with its ESTIMATED per-forward overheads removed: calibration puts fitted ones in their place.
+    roofline_p: the roofline's shape (0: the profile's sharp one; cost_model's doc)."""
+    hw = {**load_conf("hardware", "a800x2"), "forward_overhead_s": 0.0, "layer_overhead_s": 0.0}
+    return {**hw, "roofline_p": roofline_p} if roofline_p else hw
 
 
 def agreement(a: float) -> dict[str, float]:
@@ -116,7 +119,7 @@ def agreement(a: float) -> dict[str, float]:
 
 def task_pair(task: Task, a: float, seed: int):
     copy = {} if task.p_copy is None else {"p_copy": task.p_copy}
-    return make_pair(load_conf("model", "yi34b_6b"), base_hardware(),
+    return make_pair(load_conf("model", "yi34b_6b"), base_hardware(task.roofline_p),
                      {"corpus": task.corpus, **copy, **dict(task.text), **agreement(a)}, seed=seed)
 
 
@@ -432,12 +435,14 @@ def err(pred: float, pub: float | None) -> str:
 
 def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
           p_copy: dict[str, float] | None = None, profiles: bool = False, text: str = "none",
-          draft_overhead: str = "scaled") -> list[dict[str, Any]]:
+          draft_overhead: str = "scaled", roofline_p: float = 0.0) -> list[dict[str, Any]]:
     """p_copy: the surrogate target's copying per corpus ("code", "prose"; default None: the sim's own). profiles:
     predict from the stored calibration profiles (conf/sim/yi34b_6b_<task>.yaml) instead of fitting afresh. text: where
     the surrogate target's text knobs come from (`text_knobs`: none, or decisions = the real Qwen pair's fits).
-    draft_overhead: as `calibrate`."""
-    tasks = tuple(replace(t, p_copy=(p_copy or {}).get(t.corpus), text=text_knobs(t, text)) for t in TASKS)
+    draft_overhead: as `calibrate`. roofline_p: the A800 roofline's shape (0: sharp; the overheads are refitted
+    under it, as every calibrated figure is)."""
+    tasks = tuple(replace(t, p_copy=(p_copy or {}).get(t.corpus), text=text_knobs(t, text), roofline_p=roofline_p)
+                  for t in TASKS)
     if profiles:
         tasks = profile_tasks(tasks)
     cal = (profile_calibration(n_prompts, seed, tasks) if profiles
@@ -458,7 +463,9 @@ def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
         if (plan.new_tokens, plan.steps) != (runs[t.name]["speculative"].new_tokens,
                                              runs[t.name]["speculative"].steps):
             raise OuroborosError(f"{t.name}: the SpS replay disagrees with the loop (a bug in sps_plan)")
-    out(f"calibration ({n_prompts} surrogate prompts per task, seed {seed}, SpS draft length: "
+    out(f"calibration ({n_prompts} surrogate prompts per task, seed {seed}, "
+        + (f"A800 roofline p {roofline_p:g} (a sensitivity check, unmeasured), " if roofline_p else "")
+        + "SpS draft length: "
         f"{'HF assisted-generation schedule' if sps == 'hf' else 'best fixed gamma per task'}): {cal.overheads()}; "
         "per task target overhead ms / draft overhead ms / SpS gamma / agreement knob: "
         + ", ".join(f"{k} {cal.over_t[k] * 1e3:.1f}/{cal.over_d[k] * 1e3:.1f}/{cal.setting[k]}/{cal.a[k]:.4f}"
@@ -505,14 +512,15 @@ SENSITIVITY_GRID = ((3, 4, 5), (14, 15, 16), (5, 6, 7))  # gamma x W (= G) x bet
 
 
 def sensitivity(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
-                draft_overhead: str = "scaled") -> dict[str, Any]:
+                draft_overhead: str = "scaled", roofline_p: float = 0.0) -> dict[str, Any]:
     """The paper's GSM8K grid on the `paper` calibration (nothing fitted to the grid): predicted best, worst and
     std of Ouroboros token/s against the published ones."""
     import itertools
     import statistics
 
-    cal = calibrate(n_prompts, seed, sps, draft_overhead=draft_overhead)
-    task = next(t for t in TASKS if t.name == "GSM8K")
+    tasks = tuple(replace(t, roofline_p=roofline_p) for t in TASKS)
+    cal = calibrate(n_prompts, seed, sps, tasks, draft_overhead=draft_overhead)
+    task = next(t for t in tasks if t.name == "GSM8K")
     a = cal.a[task.name]
     tps: dict[tuple[int, int, int], float] = {}
     for g, w, b in itertools.product(*SENSITIVITY_GRID):
@@ -565,6 +573,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-overhead", choices=DRAFT_OVERHEADS, default="scaled",
                     help="paper, sensitivity: the draft's fitted per-forward overhead: r x each task's target overhead "
                          "(one ratio r), or one overhead for all tasks")
+    ap.add_argument("--roofline-p", type=float, default=0.0,
+                    help="paper, sensitivity: the A800 roofline's shape, 0 (sharp, the default) or p > 0 for "
+                         "(w^p + f^p)^(1/p) (simulators/cost_model.py); unmeasured on the A800, so a sensitivity "
+                         "check, not a fit")
     ap.add_argument("--text", choices=["none", "decisions"], default="none",
                     help="paper: the surrogate target's text knobs: the defaults, or the decision profiles fitted to "
                          "the real Qwen2.5-Coder pair on a task of the same kind (no published figure)")
@@ -579,15 +591,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim", default=None, help="decisions: the sim profile to check (conf/sim/<name>.yaml)")
     ap.add_argument("--tokenizer", default=None, help="decisions: the pair's tokenizer dir (default: the fetched one)")
     a = ap.parse_args(argv)
-    if a.profiles and (a.sps != "hf" or a.check != "paper" or a.text != "none" or a.draft_overhead != "scaled"):
-        raise OuroborosError("--profiles goes with `paper` and the HF SpS prior, without --text or --draft-overhead "
-                             "(the profiles were fitted with the prior and hold their own text knobs and overheads)")
+    if a.profiles and (a.sps != "hf" or a.check != "paper" or a.text != "none" or a.draft_overhead != "scaled"
+                       or a.roofline_p):
+        raise OuroborosError("--profiles goes with `paper` and the HF SpS prior, without --text, --draft-overhead or "
+                             "--roofline-p (the profiles were fitted with the prior and hold their own text knobs and "
+                             "overheads)")
+    if not 0 <= a.roofline_p <= 64:
+        raise OuroborosError(f"--roofline-p must be in [0, 64] (0 = the sharp roofline), got {a.roofline_p}")
     for flag, value, least in (("--prompts", a.prompts, 1), ("--tokens", a.tokens, 1), ("--window", a.window, 3)):
         if value < least:
             raise OuroborosError(f"{flag} must be >= {least}, got {value}")
     if a.check == "paper":
         paper(a.prompts, a.seed, a.sps, p_copy=parse_p_copy(a.p_copy), profiles=a.profiles, text=a.text,
-              draft_overhead=a.draft_overhead)
+              draft_overhead=a.draft_overhead, roofline_p=a.roofline_p)
     elif a.check == "decisions":
         from ouroboros.fetch import default_cache_dir
         from simulators.decisions import validate_main
@@ -598,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         root = a.dir or str(default_cache_dir() / "decisions" / f"{a.model}-{a.dataset}-{a.max_new_tokens}")
         validate_main(root, a.sim, a.model, a.tokenizer)
     elif a.check == "sensitivity":
-        sensitivity(a.prompts, a.seed, a.sps, draft_overhead=a.draft_overhead)
+        sensitivity(a.prompts, a.seed, a.sps, draft_overhead=a.draft_overhead, roofline_p=a.roofline_p)
     elif a.check == "copy-rate":
         from simulators.copyrate import report
 

@@ -97,6 +97,8 @@ ROWS = [
      "must be cpu, cuda, cuda:N"),
     ("simulators.validate", ["closed-form", "--window", "2"], "--window must be >= 3, got 2"),
     ("simulators.validate", ["paper", "--p-copy", "2,2"], "--p-copy values must be in [0, 1]"),
+    ("simulators.validate", ["paper", "--roofline-p", "-1"], "--roofline-p must be in [0, 64]"),
+    ("simulators.validate", ["paper", "--profiles", "--roofline-p", "2"], "without --text, --draft-overhead or"),
     ("simulators.validate", ["paper", "--bogus"], "unrecognized arguments: --bogus"),
     ("simulators.calibrate", ["--bogus"], "unrecognized arguments: --bogus"),
     ("simulators.bench", ["fast"], "argument what: invalid choice"),

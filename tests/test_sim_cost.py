@@ -134,6 +134,47 @@ def test_fit_recovers_a_known_model():
         fit([FitPoint(1, 0, -1.0)] * 8)
 
 
+def test_smooth_roofline_shape():
+    """roofline_p 0 is the sharp max(w, f); p > 0 is (w^p + f^p)^(1/p): 2^(1/p) x w at the ridge, near the max far
+    from it, never below it, and the same in the batched and uniform-batch forms."""
+    from dataclasses import replace
+
+    sharp = CostModel(fixed_s=0.01, weight_s=0.04, flop_s_per_token=1e-3, tile=1, kv_s_per_ctx=1e-6)
+    assert sharp.forward_s(10, 100) == pytest.approx(0.01 + 0.04 + 1e-4)           # memory bound
+    assert sharp.forward_s(80, 100) == pytest.approx(0.01 + 0.08 + 1e-4)           # compute bound
+    smooth = replace(sharp, roofline_p=2.0)
+    assert smooth.matmul_s(40) == pytest.approx(0.04 * 2 ** 0.5)                    # the ridge: w = f
+    assert smooth.matmul_s(1) == pytest.approx(0.04, rel=1e-3)
+    assert smooth.matmul_s(4000) == pytest.approx(4.0, rel=1e-4)
+    assert replace(sharp, roofline_p=1.0).matmul_s(20) == pytest.approx(0.04 + 0.02)  # p = 1: no overlap
+    ks = range(1, 200)
+    assert all(smooth.matmul_s(k) >= sharp.matmul_s(k) for k in ks)
+    assert all(smooth.forward_s(k + 1, 50) > smooth.forward_s(k, 50) for k in ks)
+    assert smooth.batch_forward_s([(30, 10, None), (10, 20, None)]) == pytest.approx(
+        0.01 + smooth.matmul_s(40) + 30 * 1e-6)
+    assert smooth.uniform_batch_s(4, 10, 20) == pytest.approx(smooth.batch_forward_s([(10, 20, None)] * 4))
+    with pytest.raises(OuroborosError, match="roofline_p must be in"):
+        Hardware.from_dict({**load_conf("hardware", "a100"), "roofline_p": -1})
+    yi = PairProfile.from_model_cfg(load_conf("model", "yi34b_6b")).target
+    assert from_spec(yi, Hardware.from_dict({**load_conf("hardware", "a100"), "roofline_p": 2})).roofline_p == 2
+
+
+def test_fit_recovers_a_smooth_roofline_and_keeps_a_sharp_one():
+    """`fit` chooses the roofline's shape with the tile: points of a smooth model are fitted smooth (its p), points
+    of a sharp one sharp."""
+    from dataclasses import replace
+
+    from simulators.cost_model import FitPoint, fit
+
+    base = CostModel(fixed_s=0.01, token_s=2e-4, weight_s=0.03, flop_s_per_token=1e-3, tile=1, kv_s_per_ctx=2e-6,
+                     attn_s_per_q_ctx=1e-8)
+    grid = [(k, c) for k in (1, 3, 8, 16, 24, 30, 36, 48, 64, 96, 128) for c in (16, 512)]
+    for p in (0.0, 2.0):
+        true = replace(base, roofline_p=p)
+        cm, rep = fit([FitPoint(k, c, true.forward_s(k, c)) for k, c in grid], tiles=(1, 8))
+        assert cm.roofline_p == p and rep.max_abs_rel_err < 0.01, (p, cm, rep.max_abs_rel_err)
+
+
 def test_logits_rows_kept():
     from dataclasses import replace
 

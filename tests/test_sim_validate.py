@@ -74,3 +74,17 @@ def test_draft_overhead_scales_with_the_tasks_target_overhead():
     assert shared.over_t == scaled.over_t   # the target's overheads do not depend on the draft's
     with pytest.raises(OuroborosError, match="draft overhead must be one of scaled, shared"):
         calibrate(1, 0, "hf", tasks, draft_overhead="per-layer")
+
+
+def test_roofline_shape_reaches_the_paper_pair_and_slows_its_wide_forwards():
+    """`--roofline-p` (a sensitivity check) gives the task's pair a smooth A800 roofline: a lookahead-wide forward
+    (k near the ridge) costs more, a one-token forward within 2%."""
+    from simulators.validate import task_pair
+
+    t = next(t for t in TASKS if t.name == "CNN/DM")
+    sharp, smooth = task_pair(t, 0.9, 0), task_pair(replace(t, roofline_p=2.0), 0.9, 0)
+    assert sharp.costs["target"].roofline_p == 0 and smooth.costs["target"].roofline_p == 2.0
+    assert smooth.costs["draft"].roofline_p == 2.0
+    one = sharp.costs["target"].forward_s(1, 900)
+    assert one <= smooth.costs["target"].forward_s(1, 900) < 1.02 * one  # one token: 1/7 of the ridge, tile-rounded
+    assert smooth.costs["target"].forward_s(121, 900) > 1.1 * sharp.costs["target"].forward_s(121, 900)
