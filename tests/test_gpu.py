@@ -70,3 +70,25 @@ def test_end_to_end_run_on_cuda(tmp_path, dtype):
     assert recs[1]["totals"]["new_tokens"] == recs[0]["totals"]["new_tokens"] > 0
     if dtype == "float32":   # bf16 kernels differ with the number of query tokens: near-ties may flip there
         assert recs[1]["identical_to_baseline"] == "2/2"
+
+
+def test_calibrate_random_weights_on_cuda(tmp_path, monkeypatch, capsys):
+    """`simulators.calibrate --weights random --device cuda`: random-init models of a profile's shapes built on the
+    GPU, timed there (synchronised clock), fitted, and a profile written that names the GPU."""
+    import yaml
+
+    import simulators.calibrate as cal
+
+    prof = {"target": {"name": "tiny-t", "layers": 4, "hidden": 256, "intermediate": 512, "heads": 4, "kv_heads": 2,
+                       "vocab": 512, "max_context": 512},
+            "draft": {"name": "tiny-d", "layers": 2, "hidden": 256, "intermediate": 512, "heads": 4, "kv_heads": 2,
+                      "vocab": 512, "max_context": 512}}
+    monkeypatch.setattr(cal, "load_conf", lambda group, name: {"name": name, "kind": "profile", "profile": prof})
+    out = tmp_path / "gpu.yaml"
+    assert cal.main(["--model", "shape-only", "--weights", "random", "--device", "cuda", "--dtype", "float16",
+                     "--attention", "eager", "--ks", "1,4,16", "--ctxs", "8,32", "--repeats", "2",
+                     "--out", str(out)]) == 0
+    assert "random weights on cuda" in capsys.readouterr().out
+    hw = yaml.safe_load(out.read_text())
+    assert set(hw["costs"]) == {"tiny-t", "tiny-d"} and hw["tflops"] > 0 and hw["mem_bw_gb_s"] > 0
+    assert torch.cuda.get_device_name(0) in hw["source"]
