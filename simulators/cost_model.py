@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
-from simulators.hardware import Hardware
+from simulators.hardware import ROOFLINE_P_MAX, Hardware
 from simulators.profiles import ModelProfile
 
 DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0, "bfloat16": 2.0,
@@ -78,8 +78,9 @@ class CostModel:
                 raise OuroborosError(f"cost model {self.name!r}: {f.name} must be >= 0, got {v}")
         if self.tile < 1:
             raise OuroborosError(f"cost model {self.name!r}: tile must be >= 1, got {self.tile}")
-        if math.isinf(self.roofline_p):
-            raise OuroborosError(f"cost model {self.name!r}: roofline_p must be finite (0 = the sharp roofline)")
+        if self.roofline_p > ROOFLINE_P_MAX:
+            raise OuroborosError(f"cost model {self.name!r}: roofline_p must be in [0, {ROOFLINE_P_MAX}] (0 = the "
+                                 f"sharp roofline), got {self.roofline_p}")
 
     def matmul_s(self, tokens: int) -> float:
         """The weight matmuls of one forward over `tokens` tokens (all rows of a batch): the roofline of reading
@@ -97,13 +98,7 @@ class CostModel:
         the LM head (default: all k)."""
         if k <= 0 or ctx < 0:
             raise OuroborosError(f"a forward needs k >= 1 new tokens and ctx >= 0 cached ones, got k={k}, ctx={ctx}")
-        if self.roofline_p:
-            mm = self.matmul_s(k)
-        else:  # the sharp roofline inline: the simulator's hot path
-            mm = self.flop_s_per_token * (-(-k // self.tile) * self.tile)
-            if mm < self.weight_s:
-                mm = self.weight_s
-        t = (self.fixed_s + self.token_s * k + mm
+        t = (self.fixed_s + self.token_s * k + self.matmul_s(k)
              + ctx * self.kv_s_per_ctx + self.attn_s_per_q_ctx * k * (ctx + k))
         if logits is not None and logits < k and self.head_s_per_row:
             floor = self.fixed_s + self.weight_s + ctx * self.kv_s_per_ctx

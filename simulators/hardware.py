@@ -17,6 +17,7 @@ from ouroboros.strategies import check_type
 
 PLACEMENTS = ("single", "pipeline", "tensor")
 ATTENTION = ("fused", "eager")
+ROOFLINE_P_MAX = 64.0               # roofline_p's range is [0, this] (0 = the sharp roofline; cost_model's doc)
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,9 @@ class Hardware:
                 raise OuroborosError(f"hardware {n!r}: {f} must be >= 0, got {getattr(self, f)}")
         if self.tile < 1:
             raise OuroborosError(f"hardware {n!r}: tile must be >= 1, got {self.tile}")
-        if not 0 <= self.roofline_p <= 64:
-            raise OuroborosError(f"hardware {n!r}: roofline_p must be in [0, 64] (0 = the sharp roofline), got "
-                                 f"{self.roofline_p}")
+        if not 0 <= self.roofline_p <= ROOFLINE_P_MAX:
+            raise OuroborosError(f"hardware {n!r}: roofline_p must be in [0, {ROOFLINE_P_MAX:g}] (0 = the sharp "
+                                 f"roofline), got {self.roofline_p}")
         if self.placement != "single" and self.devices > 1 and self.link_gb_s <= 0:
             raise OuroborosError(f"hardware {n!r}: {self.placement} placement over {self.devices} devices "
                                  "needs link_gb_s > 0")

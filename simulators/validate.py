@@ -53,6 +53,7 @@ from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.decode import decode
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.cost_model import CostModel
+from simulators.hardware import ROOFLINE_P_MAX
 from simulators.pair import make_pair
 from simulators.profiles import load_conf
 
@@ -596,8 +597,9 @@ def main(argv: list[str] | None = None) -> int:
         raise OuroborosError("--profiles goes with `paper` and the HF SpS prior, without --text, --draft-overhead or "
                              "--roofline-p (the profiles were fitted with the prior and hold their own text knobs and "
                              "overheads)")
-    if not 0 <= a.roofline_p <= 64:
-        raise OuroborosError(f"--roofline-p must be in [0, 64] (0 = the sharp roofline), got {a.roofline_p}")
+    if not 0 <= a.roofline_p <= ROOFLINE_P_MAX:
+        raise OuroborosError(f"--roofline-p must be in [0, {ROOFLINE_P_MAX:g}] (0 = the sharp roofline), got "
+                             f"{a.roofline_p}")
     for flag, value, least in (("--prompts", a.prompts, 1), ("--tokens", a.tokens, 1), ("--window", a.window, 3)):
         if value < least:
             raise OuroborosError(f"{flag} must be >= {least}, got {value}")
