@@ -363,6 +363,13 @@ def apply_explicit(run: RunConfig, overrides: list[str]) -> RunConfig:
     keys = {override_key(o) for o in overrides}
     if "max_new_tokens" in keys and "dataset.max_new_tokens" not in keys and run.dataset.get("kind") != "synthetic":
         run = dataclasses.replace(run, dataset={**run.dataset, "max_new_tokens": run.max_new_tokens})
+    if run.backend_kind == "sim":   # the pair's calibration profile for the dataset's task, unless sim= was typed
+        from simulators.trust import with_default_profile
+
+        sim = with_default_profile(run.sim, run.model, run.dataset, keys)
+        if sim is not run.sim:
+            run = dataclasses.replace(run, sim=sim)
+            check_sim(run)
     return run
 
 
@@ -379,6 +386,10 @@ def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
         devices = run.sim.get("devices") or hw.get("devices")
         out.append(f"simulating the default hardware={hw.get('name')} ({devices} device(s), placement {placement}); "
                    "pick one with hardware=<a100|a800x2|h100|h200>")
+    if run.backend_kind == "sim":
+        from simulators.trust import source_notes
+
+        out += source_notes(run.sim, run.model, run.dataset, keys)
     return out
 
 

@@ -223,7 +223,15 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
             "speedup": serving_speedup(baseline, result) if baseline is not None else None,
             "speedup_specbench": speedup_mean_speed(baseline, result) if baseline is not None else None,
             "identical_to_baseline": same, "divergences": [dataclasses.asdict(d) for d in diverged],
-            "prompts": prompts, **({"serving": result.serving} if result.serving is not None else {})}
+            "prompts": prompts, **({"serving": result.serving} if result.serving is not None else {}),
+            **({"decisions": sim_decisions(run)} if session.backend == "sim" else {})}
+
+
+def sim_decisions(run: RunConfig) -> dict[str, Any]:
+    """A simulated record's `decisions`: where its tokens come from and its strategy's measured error band."""
+    from simulators.trust import record_decisions
+
+    return record_decisions(run.sim, run.strategy.name)
 
 
 def serving_speedup(baseline: RunResult, result: RunResult) -> float:
@@ -271,6 +279,13 @@ def settings_lines(records: list[dict]) -> list[str]:
         return vals[0] if len(vals) == 1 else "varies: " + ", ".join(vals)
 
     lines = [f"new tokens per prompt: {one(_budget)}; hardware: {one(_machine)}"]
+    sims = [r for r in records if r.get("decisions")]
+    if sims:
+        lines.append(f"decisions (simulated points): {one(lambda r: decisions_text(r) if r in sims else 'real')}")
+        measured = list(dict.fromkeys(b["measured_by"] for r in sims if (b := r["decisions"].get("band"))))
+        lines.append("±: the central 80% of the relative errors measured for this kind of source and strategy"
+                     + (f" by {'; '.join(measured)}" if measured else "") + "; ? = not measured for this strategy. "
+                     "rank: by speedup, = where the bands overlap (a tie, not an order)")
     for name in dict.fromkeys(r["strategy"] for r in records):
         recs = [r for r in records if r["strategy"] == name]
         base = strategy_params(name)
@@ -281,19 +296,61 @@ def settings_lines(records: list[dict]) -> list[str]:
     return lines
 
 
+def decisions_text(rec: dict) -> str:
+    d = rec["decisions"]
+    return f"{d['label']}, {d['fitted_to']}"
+
+
+def band_text(rec: dict, metric: str) -> str:
+    """'±24%' (the record's measured band of `metric`), '?' (simulated, unmeasured) or '-' (real: none)."""
+    d = rec.get("decisions")
+    if d is None:
+        return "-"
+    b = (d.get("band") or {}).get(metric)
+    return "?" if b is None else f"±{b:.0%}"
+
+
+def speedup_ranks(records: list[dict]) -> list[str]:
+    """Per record: its rank by speedup among the records of its baseline, counting only the points whose whole band
+    lies above its own ('=' marks a rank it shares: overlapping bands are a tie); '?' without a measured band."""
+    def interval(r: dict) -> tuple[float, float] | None:
+        sp, b = r.get("speedup"), ((r.get("decisions") or {}).get("band") or {}).get("speedup")
+        return None if sp is None or b is None else (sp * (1 - b), sp * (1 + b))
+
+    spans = [interval(r) for r in records]
+    ranks = []
+    for r, me in zip(records, spans, strict=True):
+        if me is None:
+            ranks.append("?" if r.get("decisions") else "-")
+            continue
+        peers = [s for q, s in zip(records, spans, strict=True) if s is not None
+                 and q.get("baseline_id") == r.get("baseline_id")]
+        ranks.append(str(1 + sum(s[0] > me[1] for s in peers)))
+    for i, k in enumerate(ranks):
+        if k.isdigit() and ranks.count(k) > 1:
+            ranks[i] = "=" + k
+    return ranks
+
+
 def format_table(records: list[dict]) -> str:
-    head = (f"{'point':<44}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'SB spd':>8}{'eta':>7}{'A':>7}"
+    banded = any(r.get("decisions") for r in records)
+    head = (f"{'point':<44}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'±':>5}{'SB spd':>8}{'eta':>7}"
+            f"{'±':>5}{'A':>7}{'#Match':>8}{'same':>11}{'rank':>6}" if banded else
+            f"{'point':<44}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'SB spd':>8}{'eta':>7}{'A':>7}"
             f"{'#Match':>8}{'same':>11}")
     lines = [*settings_lines(records), head, "-" * len(head)] if records else [head, "-" * len(head)]
-    for r in records:
+    ranks = speedup_ranks(records) if banded else []
+    for i, r in enumerate(records):
         t, sp, sb = r["totals"], r.get("speedup"), r.get("speedup_specbench")
         sv = r.get("serving")
         secs, rate = (sv["makespan_s"], sv["throughput_tok_s"]) if sv else (t["elapsed_s"], t["tokens_per_s"])
+        spd, eta = f"{'-' if sp is None else f'{sp:.2f}x':>9}", f"{t['block_efficiency']:>7.2f}"
+        if banded:
+            spd, eta = spd + f"{band_text(r, 'speedup'):>5}", eta + f"{band_text(r, 'block_efficiency'):>5}"
         lines.append(f"{r['label'][:43]:<44}{t['new_tokens']:>8}{secs:>10.3f}{rate:>10.1f}"
-                     f"{'-' if sp is None else f'{sp:.2f}x':>9}{'-' if sb is None else f'{sb:.2f}x':>8}"
-                     f"{t['block_efficiency']:>7.2f}"
+                     f"{spd}{'-' if sb is None else f'{sb:.2f}x':>8}{eta}"
                      f"{t['accepted_length']:>7.2f}{t['match_per_forward']:>8.2f}"
-                     f"{r.get('identical_to_baseline') or '-':>11}")
+                     f"{r.get('identical_to_baseline') or '-':>11}" + (f"{ranks[i]:>6}" if banded else ""))
     lines.append("speedup: baseline time / time (the paper's); SB spd: mean per-prompt tok/s over the baseline's "
                  "(Spec-Bench's)")
     served = [r for r in records if r.get("serving")]

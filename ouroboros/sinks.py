@@ -194,9 +194,17 @@ def summary_line(rec: dict, done: int | None = None, total: int | None = None) -
                 f"(mean batch {sv['mean_batch']:.1f}), speedup {'-' if sp is None else f'{sp:.2f}x'}, latency p50 "
                 f"{sv['latency_s_p50']:.2f} / p99 {sv['latency_s_p99']:.2f} {clock} s, eta {t['block_efficiency']:.2f}"
                 f", {sv['requests']} requests{tail}")
+    d = rec.get("decisions")
+    band = (d.get("band") or {}) if d else {}
+
+    def pm(metric: str) -> str:   # a simulated figure's measured band
+        return "" if d is None else (" ±?" if band.get(metric) is None else f" ±{band[metric]:.0%}")
+
+    src = f" [decisions: {d['label']}]" if d else ""
     return (f"{head}{rec['label']}: {t['tokens_per_s']:.1f} tok/s, speedup "
-            f"{'-' if sp is None else f'{sp:.2f}x'}, eta {t['block_efficiency']:.2f}, A {t['accepted_length']:.2f}, "
-            f"#Match {t['match_per_forward']:.2f}, {t['new_tokens']} tokens in {t['elapsed_s']:.2f} {clock} s{tail}")
+            f"{'-' if sp is None else f'{sp:.2f}x'}{pm('speedup')}, eta {t['block_efficiency']:.2f}"
+            f"{pm('block_efficiency')}, A {t['accepted_length']:.2f}, #Match {t['match_per_forward']:.2f}, {t['new_tokens']} tokens in "
+            f"{t['elapsed_s']:.2f} {clock} s{tail}{src}")
 
 
 # ----------------------------------------------------------------------------------------------- wandb
@@ -206,6 +214,9 @@ def point_metrics(rec: dict) -> dict[str, float]:
     m: dict[str, float] = {k: t[k] for k in ("tokens_per_s", "mean_tokens_per_s", "new_tokens", "elapsed_s",
                                               "block_efficiency", "accepted_length", "match_per_forward",
                                               "target_forwards", "draft_forwards", "draft_tokens")}
+    for k, v in (((rec.get("decisions") or {}).get("band")) or {}).items():
+        if isinstance(v, (int, float)) and k != "cells":
+            m[f"band/{k}"] = v
     if rec.get("speedup") is not None:
         m["speedup"] = rec["speedup"]
     if rec.get("speedup_specbench") is not None:
@@ -253,7 +264,8 @@ class WandbMirror:
             return None
         import wandb
 
-        run = self._init(rec["label"], {**rec["config"], "point_id": rec["point_id"]}, "point")
+        run = self._init(rec["label"], {**rec["config"], "point_id": rec["point_id"],
+                                        **({"decisions": rec["decisions"]} if rec.get("decisions") else {})}, "point")
         try:
             t = rec["totals"]
             run.define_metric("position")

@@ -543,7 +543,7 @@ def calibrate_main(a) -> int:
     mapper = id_mapper(a.model, a.tokenizer)
     opts = fit_profile(real, mapper, base, rounds=a.rounds, near=a.near, jobs=a.jobs, model=a.model, knobs=knobs)
     n = len(next(iter(real.values())).results)
-    fields: dict[str, Any] = {"pair": a.model}
+    fields: dict[str, Any] = {"pair": a.model, "profile": a.name}
     fields.update((k, opts[k]) for k in (knob for knob, _ in FIT_GRID) if k in opts)
     fields["prompt_tokens"] = "tokenizer"
     fit = {"pair": a.model, "task": a.task,

@@ -77,6 +77,7 @@ SIM_DEFAULTS: dict[str, Any] = {
     "tokenizer": None,            # prompt_tokens=tokenizer: a tokenizer directory (null: the pair's fetched one)
     "chars_per_token": None,      # prompt_tokens=ratio: characters per token measured with the pair's tokenizer
     "pair": None,                 # a calibration profile's pair (conf/model name); another model is refused
+    "profile": None,              # a calibration profile's own name (conf/sim/<profile>.yaml)
     "fit": None,                  # a calibration profile's provenance: what it was fitted to, by which command
 }
 

@@ -55,6 +55,7 @@ FIELD_DOCS = {
     "prompt_tokens": "how real prompts get their token counts (simulators/tokens.py)",
     "chars_per_token": "characters per token of the pair's tokenizer on the task's text (measured)",
     "pair": "the conf/model pair this profile was fitted for (make_pair refuses another)",
+    "profile": "this profile's name: records and tables name it as their decisions' source",
 }
 
 PAPER_TASK_KEYS = {"HumanEval": "humaneval", "MBPP": "mbpp", "GSM8K": "gsm8k", "CNN/DM": "cnndm", "WMT16": "wmt16"}

@@ -1,0 +1,171 @@
+"""Where a simulated run's token decisions come from, and how far its numbers can be off.
+
+- `dataset_task(dataset)`: the task a dataset config stands for (humaneval, mtbench, gsm8k, ...), Spec-Bench
+  categories included (math_reasoning -> gsm8k, summarization -> cnndm, translation -> wmt16, MT-Bench's eight
+  -> mtbench, qa -> nq, rag -> rag); None when the prompts span several tasks or none.
+- `default_profile(model, dataset)`: the calibration profile the pair's conf/model YAML names for that task
+  (`sim_profiles:`); `with_default_profile` puts it under a run's sim options unless `sim=` was typed.
+- `decision_source(sim)`: `recorded` (a replayed real trace), `proxy` (a small real pair decides), `iid` (a toy
+  agreement rate), `profile <name>` (fitted to what its `fit:` block names) or `prior` (not calibrated for this pair
+  and task), with the 80% error band that the project's own held-out checks measured for that kind of source
+  (conf/calibration/bands.yaml, written by `python -m simulators.calibrate bands`).
+
+Knows nothing of strategies or the loop.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import yaml
+
+from simulators.profiles import conf_root
+
+# dataset kind -> task, for datasets that are one task
+DATASET_TASKS = {"humaneval": "humaneval", "mtbench": "mtbench", "mbpp": "mbpp", "gsm8k": "gsm8k"}
+# Spec-Bench categories (question.jsonl) -> task
+SPECBENCH_TASKS = {"math_reasoning": "gsm8k", "summarization": "cnndm", "translation": "wmt16", "qa": "nq",
+                   "rag": "rag", **{c: "mtbench" for c in ("writing", "roleplay", "reasoning", "math", "coding",
+                                                             "extraction", "stem", "humanities")}}
+BAND_LEVEL = 0.8          # the bands are this central share of the measured relative errors
+BAND_METRICS = ("block_efficiency", "tokens_per_s", "speedup")
+
+
+def dataset_task(dataset: dict[str, Any]) -> str | None:
+    """The task of a dataset config: its kind's, `dataset.task` if set, or (Spec-Bench, MT-Bench) the one task
+    its `categories` all map to. None: several tasks, or prompts of no task (synthetic, text)."""
+    if dataset.get("task"):
+        return str(dataset["task"])
+    kind = str(dataset.get("kind", ""))
+    if kind == "specbench":
+        cats = dataset.get("categories")
+        tasks = {SPECBENCH_TASKS.get(str(c)) for c in cats} if cats else {None}
+        return tasks.pop() if len(tasks) == 1 else None
+    return DATASET_TASKS.get(kind)
+
+
+def pair_name(model: dict[str, Any]) -> str:
+    return str(model.get("name") or model.get("kind") or "pair").replace("-", "_")
+
+
+def default_profile(model: dict[str, Any], dataset: dict[str, Any]) -> str | None:
+    task = dataset_task(dataset)
+    return (model.get("sim_profiles") or {}).get(task) if task else None
+
+
+def with_default_profile(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any],
+                         typed: set[str]) -> dict[str, Any]:
+    """`sim` with the pair's profile for the dataset's task under it, when the command line did not pick a sim
+    option set (`sim=...`) and the options are the uncalibrated prior's; `sim.<key>=v` typed still wins."""
+    name = default_profile(model, dataset)
+    if name is None or "sim" in typed or sim.get("fit") or sim.get("tokens", "surrogate") != "surrogate":
+        return sim
+    from simulators.sim_profiles import load_profile
+
+    prof = load_profile(name)
+    kept = {k.split(".", 1)[1] for k in typed if k.startswith("sim.")}
+    return {**sim, **prof, **{k: sim[k] for k in kept if k in sim}}
+
+
+# ----------------------------------------------------------------------------------------------- sources
+def decision_source(sim: dict[str, Any]) -> dict[str, Any]:
+    """{kind, name, fitted_to}: who decides the simulated tokens (see the module doc)."""
+    tokens = sim.get("tokens", "surrogate")
+    if tokens == "replay":
+        return {"kind": "recorded", "name": str(sim.get("trace")), "fitted_to": "a replayed real trace"}
+    if tokens == "proxy":
+        m = sim.get("proxy_model") or {}
+        return {"kind": "proxy", "name": str(m.get("name") or m.get("kind")),
+                "fitted_to": "a small real proxy pair decides every token"}
+    if tokens == "iid":
+        return {"kind": "iid", "name": None, "fitted_to": f"an i.i.d. draft agreement of {sim.get('alpha')}"}
+    fit = sim.get("fit")
+    if fit:
+        return {"kind": "profile", "name": sim.get("profile") or sim.get("pair"), "method": profile_method(fit),
+                "fitted_to": fitted_to(fit)}
+    return {"kind": "prior", "name": None, "fitted_to": "not calibrated for this pair and task"}
+
+
+def profile_method(fit: dict[str, Any]) -> str:
+    """`measured` (a pair's vanilla + SpS speed figures) or `recorded` (a real pair's recorded decisions)."""
+    if fit.get("method_kind"):
+        return str(fit["method_kind"])
+    return "recorded" if "recorded_runs" in (fit.get("inputs") or {}) else "measured"
+
+
+def fitted_to(fit: dict[str, Any]) -> str:
+    task = fit.get("task", "?")
+    inputs = fit.get("inputs") or {}
+    if profile_method(fit) == "recorded":
+        return (f"{len(inputs.get('recorded_runs') or [])} recorded real runs of the pair on {task} "
+                f"({inputs.get('prompts', '?')} prompts)")
+    keys = [k for k in ("vanilla_tok_s", "sps_tok_s", "sps_block_efficiency") if k in inputs]
+    return f"the pair's {task} " + ", ".join(k.replace("_", " ") for k in keys)
+
+
+def band_key(source: dict[str, Any]) -> str:
+    """The bands.yaml entry measuring this kind of source."""
+    if source["kind"] == "profile":
+        return f"profile_{source.get('method', 'measured')}"
+    return source["kind"]
+
+
+@functools.cache
+def bands() -> dict[str, Any]:
+    """conf/calibration/bands.yaml ({} when absent)."""
+    path = conf_root() / "calibration" / "bands.yaml"
+    if not path.is_file():
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return dict(yaml.safe_load(f) or {})
+
+
+def band_for(source: dict[str, Any], strategy: str) -> dict[str, Any] | None:
+    """{block_efficiency, tokens_per_s, speedup: half-widths (relative), cells, measured_by} of `strategy` for this
+    kind of source; None when no held-out check has measured it."""
+    entry = bands().get(band_key(source)) or {}
+    b = (entry.get("strategies") or {}).get(strategy)
+    if not b:
+        return None
+    return {**{m: b.get(m) for m in BAND_METRICS}, "cells": b.get("cells"),
+            "measured_by": f"{entry.get('command')} (commit {entry.get('commit')}; {entry.get('held_out')})"}
+
+
+def record_decisions(sim: dict[str, Any], strategy: str) -> dict[str, Any]:
+    """The `decisions` block of a simulated record: the source and the band of this strategy's numbers."""
+    src = decision_source(sim)
+    return {**src, "label": source_label(src), "band": band_for(src, strategy)}
+
+
+def source_label(src: dict[str, Any]) -> str:
+    if src["kind"] == "profile":
+        return f"profile {src['name']} ({src.get('method')})"
+    if src["kind"] in ("recorded", "proxy"):
+        return f"{src['kind']} {src['name']}"
+    return src["kind"]
+
+
+def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any], typed: set[str]) -> list[str]:
+    """The `note:` lines a simulated run prints about its decisions: the profile picked for it, or that it runs on
+    the prior and how to calibrate."""
+    src = decision_source(sim)
+    task = dataset_task(dataset)
+    pair = pair_name(model)
+    if src["kind"] == "profile":
+        how = "picked for" if "sim" not in typed else "selected for"
+        fit_task = str((sim.get("fit") or {}).get("task", "")).lower()
+        other = (f"; it was fitted on {fit_task}, this dataset is {task}" if task and fit_task
+                 and fit_task.replace("/", "") != task else "")
+        off = "; sim=default opts out" if "sim" not in typed else ""
+        return [f"decisions: profile {src['name']} {how} {task or 'this run'} (fitted to {src['fitted_to']}){other}"
+                f"{off}"]
+    if src["kind"] != "prior":
+        return [f"decisions: {source_label(src)} ({src['fitted_to']})"]
+    own = sorted((model.get("sim_profiles") or {}).items())
+    why = (f"{pair} has no profile for {task}" if task else
+           f"the {dataset.get('kind')} prompts belong to no single task") if "sim" not in typed else "sim= chose it"
+    has = f" (its profiles: {', '.join(f'{k} -> {v}' for k, v in own)})" if own else ""
+    return [f"decisions: the uncalibrated prior ({why}{has}); every eta and speedup is a guess within the prior's "
+            f"bands at best. Calibrate: measure vanilla and speculative once on your pair, then `python -m "
+            f"simulators.calibrate measured --model {pair} --task {task or '<task>'} ...` (README)"]
