@@ -203,7 +203,8 @@ def summary_line(rec: dict, done: int | None = None, total: int | None = None) -
     src = f" [decisions: {d['label']}]" if d else ""
     return (f"{head}{rec['label']}: {t['tokens_per_s']:.1f} tok/s, speedup "
             f"{'-' if sp is None else f'{sp:.2f}x'}{pm('speedup')}, eta {t['block_efficiency']:.2f}"
-            f"{pm('block_efficiency')}, A {t['accepted_length']:.2f}, #Match {t['match_per_forward']:.2f}, {t['new_tokens']} tokens in "
+            f"{pm('block_efficiency')}, A {t['accepted_length']:.2f}, #Match {t['match_per_forward']:.2f}, "
+            f"{t['new_tokens']} tokens in "
             f"{t['elapsed_s']:.2f} {clock} s{tail}{src}")
 
 
