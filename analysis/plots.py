@@ -96,19 +96,40 @@ def _where(records: Sequence[dict]) -> str:
     return f"\n{models.pop()} on {hws.pop()}" if len(models) == 1 and len(hws) == 1 else ""
 
 
+def band(rec: dict, metric: str = "speedup") -> float | None:
+    """The record's measured relative error band (simulated records; None when unmeasured or real)."""
+    return (((rec.get("decisions") or {}).get("band")) or {}).get(metric)
+
+
+def _sources(records: Sequence[dict]) -> str:
+    """A title line naming where simulated points' decisions come from and what their error bars are."""
+    labels = list(dict.fromkeys((r.get("decisions") or {}).get("label") for r in records if r.get("decisions")))
+    if not labels:
+        return ""
+    return (f"\ndecisions: {labels[0] if len(labels) == 1 else 'mixed (' + '; '.join(map(str, labels)) + ')'}; "
+            "bars: 80% measured error band, hatched: unmeasured")
+
+
 def speedup_curve(records: Sequence[dict], param: str) -> Figure | None:
     series = curve_series(records, param)
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    bands = {(r["strategy"], _x(r, param), r["speedup"]): band(r) for r in records if _x(r, param) is not None}
     for label, xs in list(series.items())[:MAX_SERIES]:
-        ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", label=label)
+        line, = ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", label=label)
+        bs = [b for x, y in xs if (b := bands.get((label.split(" ")[0], x, y))) is not None]
+        if len(bs) == len(xs):   # the measured error band of these simulated points, shaded
+            ax.fill_between([x for x, _ in xs], [y * (1 - b) for (_, y), b in zip(xs, bs, strict=True)],
+                            [y * (1 + b) for (_, y), b in zip(xs, bs, strict=True)], color=line.get_color(),
+                            alpha=0.15, lw=0)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--", label="baseline (1.0x)")
     ax.set_xlabel(CURVE_PARAMS[param])
     ax.set_ylabel("speedup over vanilla (x)")
-    clocks = {r.get("backend") for r in records if _x(r, param) is not None}
+    drawn = [r for r in records if _x(r, param) is not None]
+    clocks = {r.get("backend") for r in drawn}
     ax.set_title(f"Speedup vs {CURVE_PARAMS[param]} ({'modelled' if clocks == {'sim'} else 'wall'} time)"
-                 f"{_where([r for r in records if _x(r, param) is not None])}")
+                 f"{_where(drawn)}{_sources(drawn).replace('bars:', 'shaded:')}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     if len(series) > MAX_SERIES:
@@ -123,13 +144,21 @@ def speedup_bars(records: Sequence[dict], title: str) -> Figure | None:
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(recs) + 1.5), 4.2))
     labels = [r["label"] for r in recs]
     vals = [r["speedup"] for r in recs]
-    bars = ax.bar(range(len(recs)), vals, color=["#999999" if r["strategy"] == r["config"].get("baseline")
-                                                 else "#3b75af" for r in recs])
-    for b, v in zip(bars, vals, strict=True):
-        ax.annotate(f"{v:.2f}x", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
+    bs = [band(r) for r in recs]
+    err = [v * b if b is not None else 0.0 for v, b in zip(vals, bs, strict=True)]
+    bars = ax.bar(range(len(recs)), vals, yerr=err if any(err) else None, capsize=3, ecolor="#444444",
+                  color=["#999999" if r["strategy"] == r["config"].get("baseline") else "#3b75af" for r in recs])
+    for b, v, e, bb, r in zip(bars, vals, err, bs, recs, strict=True):
+        unknown = r.get("decisions") and bb is None   # simulated, error never measured: hatched
+        if unknown:
+            b.set_hatch("//")
+            b.set_alpha(0.6)
+        tag = f"{v:.2f}x" + (f"\n±{bb:.0%}" if bb else "\n±?" if unknown else "")
+        ax.annotate(tag, (b.get_x() + b.get_width() / 2, v + e), ha="center", va="bottom", fontsize=7)
+    ax.set_ylim(0, max(v + e for v, e in zip(vals, err, strict=True)) * 1.15)
     ax.set_xticks(range(len(recs)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("speedup over vanilla (x)")
-    ax.set_title(title + _where(recs))
+    ax.set_title(title + _where(recs) + _sources(recs), fontsize=9)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.grid(axis="y", alpha=0.3)
     return fig

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.metrics import RunResult, combine_summaries, speedup
+from ouroboros.sinks import band_text
 
 COLUMNS = ("point", "sweep", "model", "dataset", "backend", "prompts", "new_tokens", "seconds", "tokens_per_s",
            "speedup", "speedup_specbench", "block_efficiency", "accepted_length", "match_per_forward", "identical")
@@ -81,7 +82,10 @@ def table_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
                      "block_efficiency": round(t["block_efficiency"], 3),
                      "accepted_length": round(t["accepted_length"], 3),
                      "match_per_forward": round(t["match_per_forward"], 3),
-                     "identical": r.get("identical_to_baseline")})
+                     "identical": r.get("identical_to_baseline"),
+                     "decisions": (r.get("decisions") or {}).get("label", "real" if r.get("backend") != "sim"
+                                                                   else "unstated (an older record)"),
+                     "band_speedup": band_text(r, "speedup"), "band_eta": band_text(r, "block_efficiency")})
     return rows
 
 

@@ -57,7 +57,7 @@ from ouroboros.metrics import (
     speedup_mean_speed,
     step_dict,
 )
-from ouroboros.sinks import SCHEMA_VERSION, RecordFile, WandbMirror, prompt_line, summary_line
+from ouroboros.sinks import SCHEMA_VERSION, RecordFile, WandbMirror, band_text, prompt_line, summary_line
 from ouroboros.strategies import check_trees, get_spec, is_peer
 
 
@@ -282,10 +282,11 @@ def settings_lines(records: list[dict]) -> list[str]:
     sims = [r for r in records if r.get("decisions")]
     if sims:
         lines.append(f"decisions (simulated points): {one(lambda r: decisions_text(r) if r in sims else 'real')}")
-        measured = list(dict.fromkeys(b["measured_by"] for r in sims if (b := r["decisions"].get("band"))))
-        lines.append("±: the central 80% of the relative errors measured for this kind of source and strategy"
-                     + (f" by {'; '.join(measured)}" if measured else "") + "; ? = not measured for this strategy. "
-                     "rank: by speedup, = where the bands overlap (a tie, not an order)")
+        measured = list(dict.fromkeys(b["measured_by"].split(" (")[0] + f" ({b['commit']})" for r in sims
+                                      if (b := r["decisions"].get("band"))))
+        lines.append("±: the central 80% of the errors measured for this source and strategy"
+                     + (f" ({'; '.join(measured)})" if measured else "") + "; ?: not measured. rank: by speedup, "
+                     "'=' where bands overlap (a tie, not an order)")
     for name in dict.fromkeys(r["strategy"] for r in records):
         recs = [r for r in records if r["strategy"] == name]
         base = strategy_params(name)
@@ -299,15 +300,6 @@ def settings_lines(records: list[dict]) -> list[str]:
 def decisions_text(rec: dict) -> str:
     d = rec["decisions"]
     return f"{d['label']}, {d['fitted_to']}"
-
-
-def band_text(rec: dict, metric: str) -> str:
-    """'±24%' (the record's measured band of `metric`), '?' (simulated, unmeasured) or '-' (real: none)."""
-    d = rec.get("decisions")
-    if d is None:
-        return "-"
-    b = (d.get("band") or {}).get(metric)
-    return "?" if b is None else f"±{b:.0%}"
 
 
 def speedup_ranks(records: list[dict]) -> list[str]:
@@ -326,16 +318,14 @@ def speedup_ranks(records: list[dict]) -> list[str]:
         peers = [s for q, s in zip(records, spans, strict=True) if s is not None
                  and q.get("baseline_id") == r.get("baseline_id")]
         ranks.append(str(1 + sum(s[0] > me[1] for s in peers)))
-    for i, k in enumerate(ranks):
-        if k.isdigit() and ranks.count(k) > 1:
-            ranks[i] = "=" + k
-    return ranks
+    shared = {k for k in ranks if k.isdigit() and ranks.count(k) > 1}
+    return ["=" + k if k in shared else k for k in ranks]
 
 
 def format_table(records: list[dict]) -> str:
     banded = any(r.get("decisions") for r in records)
-    head = (f"{'point':<44}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'±':>5}{'SB spd':>8}{'eta':>7}"
-            f"{'±':>5}{'A':>7}{'#Match':>8}{'same':>11}{'rank':>6}" if banded else
+    head = (f"{'point':<44}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'±':>6}{'SB spd':>8}{'eta':>7}"
+            f"{'±':>6}{'A':>7}{'#Match':>8}{'same':>11}{'rank':>6}" if banded else
             f"{'point':<44}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'SB spd':>8}{'eta':>7}{'A':>7}"
             f"{'#Match':>8}{'same':>11}")
     lines = [*settings_lines(records), head, "-" * len(head)] if records else [head, "-" * len(head)]
@@ -346,7 +336,8 @@ def format_table(records: list[dict]) -> str:
         secs, rate = (sv["makespan_s"], sv["throughput_tok_s"]) if sv else (t["elapsed_s"], t["tokens_per_s"])
         spd, eta = f"{'-' if sp is None else f'{sp:.2f}x':>9}", f"{t['block_efficiency']:>7.2f}"
         if banded:
-            spd, eta = spd + f"{band_text(r, 'speedup'):>5}", eta + f"{band_text(r, 'block_efficiency'):>5}"
+            spd += f"{band_text(r, 'speedup') or '-':>6}"
+            eta += f"{band_text(r, 'block_efficiency') or '-':>6}"
         lines.append(f"{r['label'][:43]:<44}{t['new_tokens']:>8}{secs:>10.3f}{rate:>10.1f}"
                      f"{spd}{'-' if sb is None else f'{sb:.2f}x':>8}{eta}"
                      f"{t['accepted_length']:>7.2f}{t['match_per_forward']:>8.2f}"

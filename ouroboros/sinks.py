@@ -181,6 +181,16 @@ def _json_default(o: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------- console
+def band_text(rec: dict, metric: str) -> str | None:
+    """'±24%' (a simulated record's measured error band of `metric`), '?' (simulated, unmeasured) or None (a real
+    measurement: no band)."""
+    d = rec.get("decisions")
+    if d is None:
+        return None
+    b = (d.get("band") or {}).get(metric)
+    return "?" if b is None else f"±{b:.0%}"
+
+
 def summary_line(rec: dict, done: int | None = None, total: int | None = None) -> str:
     t = rec["totals"]
     sp = rec.get("speedup")
@@ -195,10 +205,9 @@ def summary_line(rec: dict, done: int | None = None, total: int | None = None) -
                 f"{sv['latency_s_p50']:.2f} / p99 {sv['latency_s_p99']:.2f} {clock} s, eta {t['block_efficiency']:.2f}"
                 f", {sv['requests']} requests{tail}")
     d = rec.get("decisions")
-    band = (d.get("band") or {}) if d else {}
 
     def pm(metric: str) -> str:   # a simulated figure's measured band
-        return "" if d is None else (" ±?" if band.get(metric) is None else f" ±{band[metric]:.0%}")
+        return "" if d is None else f" {band_text(rec, metric)}"
 
     src = f" [decisions: {d['label']}]" if d else ""
     return (f"{head}{rec['label']}: {t['tokens_per_s']:.1f} tok/s, speedup "

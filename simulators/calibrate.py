@@ -268,7 +268,11 @@ def random_backends(model: dict[str, Any], dtype: str, device: str, attention: s
 @cli
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("paper", "decisions", "prior"):
+    if argv and argv[0] in ("measured", "paper", "bands"):
+        from simulators.measured import main_sub
+
+        return main_sub(argv[0], argv[1:])
+    if argv and argv[0] in ("decisions", "prior"):
         return profiles_main(argv[0], argv[1:])
     ap = ArgumentParser(prog="python -m simulators.calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen_coder", help="conf/model/<name>.yaml (needs a profile: section "
@@ -353,8 +357,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def profiles_main(what: str, argv: list[str]) -> int:
-    """`calibrate paper`: the Yi-34B/6B per-task profiles from the published vanilla + SpS figures;
-    `calibrate decisions`: a profile fitted to a real pair's recorded decisions (simulators/decisions.py);
+    """`calibrate decisions`: a profile fitted to a real pair's recorded decisions (simulators/decisions.py);
     `calibrate prior`: the surrogate target's text prior, fitted to those recordings of several tasks at once."""
 
     ap = ArgumentParser(prog=f"python -m simulators.calibrate {what}")
@@ -373,24 +376,7 @@ def profiles_main(what: str, argv: list[str]) -> int:
         add_args(ap)
         a = ap.parse_args(argv)
         return calibrate_main(a)
-    ap.add_argument("--text", choices=["none", "decisions"], default="none",
-                    help="the surrogate target's text knobs: the defaults, or the decision profiles fitted to the real "
-                         "Qwen2.5-Coder pair on a task of the same kind (simulators.validate.TEXT_PROFILES)")
-    from simulators.validate import DRAFT_OVERHEADS
-
-    ap.add_argument("--draft-overhead", choices=DRAFT_OVERHEADS, default="scaled",
-                    help="the draft's per-forward overhead: r x each task's target overhead (one ratio r, fitted), or "
-                         "one overhead for all tasks (simulators.validate's module doc)")
-    a = ap.parse_args(argv)
-    if a.prompts < 1:
-        raise OuroborosError(f"--prompts must be >= 1, got {a.prompts}")
-    from pathlib import Path
-
-    from simulators.validate import paper_profiles
-
-    paper_profiles(a.prompts, a.seed, Path(a.out_dir) if a.out_dir else None, text=a.text,
-                   draft_overhead=a.draft_overhead)
-    return 0
+    raise OuroborosError(f"unknown calibration {what!r}")
 
 
 if __name__ == "__main__":

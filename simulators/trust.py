@@ -128,8 +128,8 @@ def band_for(source: dict[str, Any], strategy: str) -> dict[str, Any] | None:
     b = (entry.get("strategies") or {}).get(strategy)
     if not b:
         return None
-    return {**{m: b.get(m) for m in BAND_METRICS}, "cells": b.get("cells"),
-            "measured_by": f"{entry.get('command')} (commit {entry.get('commit')}; {entry.get('held_out')})"}
+    return {**{m: b.get(m) for m in BAND_METRICS}, "cells": b.get("cells"), "commit": entry.get("commit"),
+            "measured_by": f"{entry.get('command')} ({entry.get('held_out')})"}
 
 
 def record_decisions(sim: dict[str, Any], strategy: str) -> dict[str, Any]:

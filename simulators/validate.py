@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from ouroboros.argparser import ArgumentParser
@@ -53,6 +52,7 @@ from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.decode import decode
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.cost_model import CostModel
+from simulators.figures import YI_FIGURES, Task, load_tasks
 from simulators.hardware import ROOFLINE_P_MAX
 from simulators.pair import make_pair
 from simulators.profiles import load_conf
@@ -62,54 +62,14 @@ DRAFT_OVERHEADS = ("scaled", "shared")   # the draft's per-forward overhead: r x
 GAMMA_MAX = 20                   # largest SpS draft length the tuned-baseline prior considers
 
 
-@dataclass(frozen=True)
-class Task:
-    name: str
-    corpus: str                  # surrogate corpus standing in for the task's text
-    max_new: int                 # the paper's generation limit
-    gamma: int                   # Ouroboros' draft length (official scripts)
-    W: int                       # W = G in the official scripts
-    N: int
-    K: int
-    prompt_len: int              # typical prompt length (tokens) of the official script's prompts (see TASKS)
-    vanilla_tps: float           # published token/s (calibration)
-    sps_tps: float | None        # (calibration)
-    la_tps: float | None         # (held out)
-    ouro_tps: float | None       # (held out)
-    sps_eta: float               # published block efficiency (calibration)
-    la_eta: float | None         # (held out)
-    ouro_eta: float | None       # (held out)
-    p_copy: float | None = None  # the surrogate target's copying (not a published figure; `--p-copy`; None: sim's)
-    text: tuple[tuple[str, Any], ...] = ()  # the surrogate target's text knobs (`--text decisions`; override p_copy)
-    roofline_p: float = 0.0      # the A800 roofline's shape (`--roofline-p`: a sensitivity, never fitted; cost_model)
-
-    def pub_tps(self, m: str) -> float | None:
-        return {"vanilla": self.vanilla_tps, "speculative": self.sps_tps, "lookahead": self.la_tps,
-                "ouroboros": self.ouro_tps}[m]
-
-    def pub_eta(self, m: str) -> float | None:
-        return {"vanilla": 1.0, "speculative": self.sps_eta, "lookahead": self.la_eta, "ouroboros": self.ouro_eta}[m]
+TASKS, _ = load_tasks(YI_FIGURES)   # the paper's Yi-34B/6B figures (conf/calibration/, with their citation)
 
 
-# PAPER_NUMBERS.md (Ouroboros, arXiv 2402.13720: Yi-34B / Yi-6B, 2x A800, fp16, greedy); CNN/DM and WMT16 token/s
-# from github.com/thunlp/Ouroboros README (greedy, speculative, lookahead, Ouroboros-dagger = with warm start).
-# Prompt lengths: estimates from the official benchmark/test_*.py templates at ~4 characters per token:
-# HumanEval instruction + problem (~450 characters); MBPP 3-shot context + task (~2,100 characters); GSM8K 8-shot
-# chain-of-thought demos + question (~2,600 characters); CNN/DM instruction + article (781 words on average, See et
-# al. 2017, ~1.15 tokens per word); WMT16 instruction + one German sentence. Only the attention / KV costs use them.
-TASKS = (
-    Task("HumanEval", "code", 512, 12, 20, 7, 3, 150, 15.6, 21.5, 31.9, 61.2, 11.16, 3.08, 13.12),
-    Task("MBPP", "code", 512, 12, 18, 5, 3, 600, 19.0, None, None, 53.6, 6.14, 2.71, 7.43),
-    Task("GSM8K", "prose", 256, 4, 15, 6, 3, 650, 15.33, 16.99, 25.14, 28.23, 5.23, None, 4.65),
-    Task("CNN/DM", "prose", 128, 10, 15, 5, 3, 900, 14.62, 17.82, 18.77, 22.65, 4.71, 1.70, 7.46),
-    Task("WMT16", "prose", 64, 5, 16, 5, 3, 60, 14.78, 17.48, 17.98, 19.94, 2.41, 1.37, 4.05),
-)
-
-
-def base_hardware(roofline_p: float = 0.0) -> dict[str, Any]:
-    """a800x2 with its ESTIMATED per-forward overheads removed: calibration puts fitted ones in their place.
-    roofline_p: the roofline's shape (0: the profile's sharp one; cost_model's doc)."""
-    hw = {**load_conf("hardware", "a800x2"), "forward_overhead_s": 0.0, "layer_overhead_s": 0.0}
+def base_hardware(name: str = "a800x2", roofline_p: float = 0.0) -> dict[str, Any]:
+    """The hardware profile with its ESTIMATED per-forward overheads (and any fitted cost models) removed:
+    calibration puts fitted overheads in their place on the spec-sheet roofline. roofline_p: the roofline's shape
+    (0: the profile's sharp one; cost_model's doc)."""
+    hw = {**load_conf("hardware", name), "forward_overhead_s": 0.0, "layer_overhead_s": 0.0, "costs": None}
     return {**hw, "roofline_p": roofline_p} if roofline_p else hw
 
 
@@ -120,7 +80,7 @@ def agreement(a: float) -> dict[str, float]:
 
 def task_pair(task: Task, a: float, seed: int):
     copy = {} if task.p_copy is None else {"p_copy": task.p_copy}
-    return make_pair(load_conf("model", "yi34b_6b"), base_hardware(task.roofline_p),
+    return make_pair(load_conf("model", task.model), base_hardware(task.hardware, task.roofline_p),
                      {"corpus": task.corpus, **copy, **dict(task.text), **agreement(a)}, seed=seed)
 
 
@@ -193,6 +153,16 @@ def run(task: Task, strategy: str, params: dict[str, Any], a: float, n_prompts: 
     t, d = pair.target, pair.draft
     return Run(new, steps, t.busy_s, d.busy_s, t.counters.forwards + len(prompts),  # type: ignore[attr-defined]
                d.counters.forwards + (len(prompts) if needs else 0), )  # type: ignore[attr-defined]
+
+
+def method_runs(t: Task, a: float, sps: str, n_prompts: int, seed: int, on=run) -> dict[str, Run]:
+    """Speculative (at the SpS setting `sps`), lookahead and Ouroboros at the task's held-out settings (W = G, N,
+    gamma, K), agreement knob `a`; `on(task, strategy, params, a, n_prompts, seed)` runs one."""
+    return {"speculative": on(t, "speculative", {"schedule": "hf"} if sps == "hf" else {"gamma": int(sps)}, a,
+                              n_prompts, seed),
+            "lookahead": on(t, "lookahead", {"W": t.W, "N": t.N, "G": t.W}, a, n_prompts, seed),
+            "ouroboros": on(t, "ouroboros", {"gamma": t.gamma, "W": t.W, "N": t.N, "G": t.W, "K": t.K}, a, n_prompts,
+                            seed)}
 
 
 # ------------------------------------------------------------------------------------- fast SpS replay
@@ -324,7 +294,7 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...
             raise OuroborosError(f"{t.name}: the spec-sheet cost alone is slower than the published vanilla speed")
         over_t[t.name], vanilla[t.name] = over, v
         trace = Trace(t, n_prompts, seed)
-        settings = ["hf"] if sps == "hf" else [str(g) for g in range(max(1, math.ceil(t.sps_eta) - 1), GAMMA_MAX + 1)]
+        settings = [t.sps] if sps == "hf" else [str(g) for g in range(max(1, math.ceil(t.sps_eta) - 1), GAMMA_MAX + 1)]
         plans[t.name] = {}
         for st in settings:
             a = fit_agreement(trace, st, t.sps_eta)
@@ -334,25 +304,32 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...
             raise OuroborosError(f"{t.name}: published SpS block efficiency {t.sps_eta} is out of reach")
 
     scaled = draft_overhead == "scaled"
-
-    def draft_over(name: str, x: float) -> float:
-        return x * over_t[name] if scaled else x
-
-    def best(name: str, over_d: float) -> str:
-        ps = plans[name]
-        return max(ps, key=lambda g: ps[g][1].tps(over_t[name], over_d))
-
-    def loss(x: float) -> float:
-        return sum(math.log(plans[t.name][best(t.name, od)][1].tps(over_t[t.name], od) / t.sps_tps) ** 2
-                   for t in tasks if t.sps_tps for od in (draft_over(t.name, x),))
-
-    # the loss is piecewise smooth (tuned gammas switch): a grid, 0 .. 3 x the target's, or 0 .. 100 ms
-    grid = [i * 1e-3 for i in range(3001)] if scaled else [i * 1e-4 for i in range(1001)]
-    x = min(grid, key=loss)
-    over_d = {t.name: draft_over(t.name, x) for t in tasks}
-    setting = {t.name: best(t.name, over_d[t.name]) for t in tasks}
+    x = fit_draft_overhead(plans, over_t, tasks, scaled)
+    over_d = {t.name: x * over_t[t.name] if scaled else x for t in tasks}
+    setting = {t.name: best_setting(plans[t.name], over_t[t.name], over_d[t.name]) for t in tasks}
     return Calibration(sps, over_t, over_d, setting, {k: plans[k][g][0] for k, g in setting.items()}, vanilla, plans,
                        x if scaled else None)
+
+
+def best_setting(plans: dict[str, tuple[float, Run]], over_t: float, over_d: float) -> str:
+    """The SpS setting whose replay is fastest at these overheads (the only one unless --sps tuned)."""
+    return max(plans, key=lambda g: plans[g][1].tps(over_t, over_d))
+
+
+def fit_draft_overhead(plans: dict[str, dict[str, tuple[float, Run]]], over_t: dict[str, float],
+                       tasks: tuple[Task, ...], scaled: bool) -> float:
+    """The draft's per-forward overhead by least squares in log SpS token/s over `tasks` that have an SpS token/s
+    figure: the ratio r to each task's target overhead (scaled), or one overhead in seconds. The loss is piecewise
+    smooth (tuned gammas switch), so a grid: 0 .. 3 x the target's, or 0 .. 100 ms."""
+    def loss(x: float) -> float:
+        return sum(math.log(plans[t.name][best_setting(plans[t.name], over_t[t.name], od)][1]
+                            .tps(over_t[t.name], od) / t.sps_tps) ** 2
+                   for t in tasks if t.sps_tps for od in (x * over_t[t.name] if scaled else x,))
+
+    if not any(t.sps_tps for t in tasks):
+        raise OuroborosError("the draft's overhead is fitted to SpS token/s: give it for at least one task")
+    grid = [i * 1e-3 for i in range(3001)] if scaled else [i * 1e-4 for i in range(1001)]
+    return min(grid, key=loss)
 
 
 def profile_calibration(n_prompts: int, seed: int, tasks: tuple[Task, ...] = TASKS) -> Calibration:
@@ -389,47 +366,6 @@ def profile_tasks(tasks: tuple[Task, ...] = TASKS) -> tuple[Task, ...]:
                  for p in (yi_profile(t),))
 
 
-def paper_profiles(n_prompts: int = 16, seed: int = 0, out_dir: Path | None = None, out=print,
-                   text: str = "none", draft_overhead: str = "scaled") -> list[Path]:
-    """Fit `validate paper`'s calibration (HF-schedule SpS prior) and write one profile per task. text: where the
-    surrogate target's text knobs come from (`text_knobs`); draft_overhead: as `calibrate`."""
-    from simulators.sim_profiles import PAPER_TASK_KEYS, git_commit, write_profile
-
-    tasks = tuple(replace(t, text=text_knobs(t, text)) for t in TASKS)
-    cal = calibrate(n_prompts, seed, "hf", tasks, draft_overhead)
-    draft_method = (f"draft overhead = {cal.ratio:.3f} x the task's target overhead, the ratio by least squares in log "
-                    "SpS token/s over the tasks with an SpS figure (shared); " if cal.ratio is not None else
-                    "draft overhead by least squares in log SpS token/s over the tasks with one (shared); ")
-    commit = git_commit()
-    paths = []
-    for t in tasks:
-        a = cal.a[t.name]
-        fields = {"pair": "yi34b_6b", "corpus": t.corpus, **dict(t.text), "alpha_easy": round(a, 6),
-                  "alpha_hard": round(a**4, 6), "target_overhead_s": round(cal.over_t[t.name], 6),
-                  "draft_overhead_s": round(cal.over_d[t.name], 6)}
-        fit = {"pair": "yi34b_6b (Yi-34B target, Yi-6B draft) on hardware=a800x2",
-               "task": t.name,
-               "inputs": {"vanilla_tok_s": t.vanilla_tps, "sps_tok_s": t.sps_tps, "sps_block_efficiency": t.sps_eta},
-               "inputs_source": "../shared/PAPER_NUMBERS.md (arXiv 2402.13720 Tables 1-3); CNN/DM and WMT16 token/s "
-                                "from github.com/thunlp/Ouroboros README. No lookahead or Ouroboros figure is used.",
-               "text_knobs": (f"{', '.join(k for k, _ in t.text)} from conf/sim/{TEXT_PROFILES[t.name]}.yaml (the "
-                              "real Qwen2.5-Coder pair's recorded decisions, no published figure)" if t.text
-                              else "the surrogate's defaults"),
-               "method": "simulators.validate calibrate: target overhead so vanilla token/s matches (per task); "
-                         + draft_method + "agreement so SpS block efficiency matches, SpS = speculative "
-                         "schedule=hf (transformers' heuristic, starting at 5)",
-               "surrogate_prompts": n_prompts, "seed": seed, "max_new_tokens": t.max_new,
-               "command": f"python -m simulators.calibrate paper --prompts {n_prompts} --seed {seed} --text {text}"
-                          + ("" if draft_overhead == "scaled" else f" --draft-overhead {draft_overhead}"),
-               "commit": commit}
-        name = f"yi34b_6b_{PAPER_TASK_KEYS[t.name]}"
-        paths.append(write_profile(name, f"Yi-34B/6B on 2x A800, {t.name}: calibration profile (paper figures)",
-                                   fields, fit, out_dir))
-        out(f"{name}: alpha_easy {a:.4f}, target overhead {cal.over_t[t.name] * 1e3:.2f} ms, draft overhead "
-            f"{cal.over_d[t.name] * 1e3:.2f} ms -> {paths[-1]}")
-    return paths
-
-
 def err(pred: float, pub: float | None) -> str:
     return "" if pub is None else f"{pred / pub - 1:+.1%}"
 
@@ -451,15 +387,8 @@ def paper(n_prompts: int = 16, seed: int = 0, sps: str = "hf", out=print,
     rows: list[dict[str, Any]] = []
     runs: dict[str, dict[str, Run]] = {}
     for t in tasks:
-        a, g = cal.a[t.name], cal.setting[t.name]
-        runs[t.name] = {
-            "vanilla": cal.vanilla[t.name],
-            "speculative": run(t, "speculative", {"schedule": "hf"} if g == "hf" else {"gamma": int(g)}, a,
-                               n_prompts, seed),
-            "lookahead": run(t, "lookahead", {"W": t.W, "N": t.N, "G": t.W}, a, n_prompts, seed),
-            "ouroboros": run(t, "ouroboros", {"gamma": t.gamma, "W": t.W, "N": t.N, "G": t.W, "K": t.K}, a,
-                             n_prompts, seed),
-        }
+        g = cal.setting[t.name]
+        runs[t.name] = {"vanilla": cal.vanilla[t.name], **method_runs(t, cal.a[t.name], g, n_prompts, seed)}
         plan = cal.plans[t.name][g][1]
         if (plan.new_tokens, plan.steps) != (runs[t.name]["speculative"].new_tokens,
                                              runs[t.name]["speculative"].steps):
