@@ -1,0 +1,223 @@
+"""Issue 32: every simulated number says where its decisions come from and how far off it may be; a pair's profile
+for the dataset's task is used by default; `calibrate measured` builds a profile from a pair's vanilla + SpS figures
+(the Yi profiles are that command on the paper's figures); the bands come from measured held-out errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_helper import run_module
+from hydra import compose, initialize_config_dir
+
+from ouroboros.backends.base import OuroborosError
+from ouroboros.config import apply_explicit, explicit_notices, validate
+from ouroboros.run import format_table, speedup_ranks
+from ouroboros.sinks import read_records
+from simulators import trust
+from simulators.figures import YI_FIGURES, load_tasks, make_task, records_task
+from simulators.measured import calibrate_measured, quantile, summarise
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = str(ROOT / "conf")
+
+
+def composed(*overrides: str):
+    ovr = list(overrides)
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        run = apply_explicit(validate(compose("config", overrides=ovr)), ovr)
+    return run, explicit_notices(run, ovr)
+
+
+# ----------------------------------------------------------------------------------------------- tasks
+@pytest.mark.parametrize("dataset, task", [
+    ({"kind": "humaneval"}, "humaneval"),
+    ({"kind": "mtbench", "categories": ["coding"]}, "mtbench"),
+    ({"kind": "specbench", "categories": ["math_reasoning"]}, "gsm8k"),
+    ({"kind": "specbench", "categories": ["translation"]}, "wmt16"),
+    ({"kind": "specbench", "categories": ["writing", "coding", "stem"]}, "mtbench"),   # MT-Bench's categories
+    ({"kind": "specbench", "categories": ["translation", "qa"]}, None),                # two tasks: no single one
+    ({"kind": "specbench"}, None),                                                     # all six
+    ({"kind": "synthetic"}, None),
+    ({"kind": "jsonl", "task": "gsm8k"}, "gsm8k"),
+])
+def test_dataset_task(dataset, task):
+    assert trust.dataset_task(dataset) == task
+
+
+# ----------------------------------------------------------------------------------------------- profiles by default
+def test_the_pairs_profile_for_the_task_is_used_by_default_with_a_note():
+    run, notes = composed("model=qwen_coder", "backend=sim", "dataset=humaneval", "hardware=h100")
+    assert run.sim["profile"] == "qwen_coder_humaneval"
+    assert run.sim["alpha_easy"] == yaml.safe_load((ROOT / "conf/sim/qwen_coder_humaneval.yaml").read_text())[
+        "alpha_easy"]
+    [note] = [n for n in notes if n.startswith("decisions:")]
+    assert "profile qwen_coder_humaneval picked for humaneval" in note and "recorded real runs" in note
+    assert "sim=default opts out" in note
+
+
+def test_sim_default_opts_out_and_says_it_runs_on_the_prior():
+    run, notes = composed("model=qwen_coder", "backend=sim", "dataset=humaneval", "hardware=h100", "sim=default")
+    assert run.sim["profile"] is None and run.sim["fit"] is None
+    [note] = [n for n in notes if n.startswith("decisions:")]
+    assert "uncalibrated prior" in note and "simulators.calibrate measured --model qwen_coder" in note
+
+
+def test_a_typed_sim_option_wins_over_the_default_profile():
+    run, _ = composed("model=qwen_coder", "backend=sim", "dataset=humaneval", "hardware=h100", "sim.alpha_easy=0.5")
+    assert run.sim["profile"] == "qwen_coder_humaneval" and run.sim["alpha_easy"] == 0.5
+
+
+def test_a_pair_without_a_profile_for_the_task_runs_on_the_prior_and_names_the_ones_it_has():
+    run, notes = composed("model=qwen_coder", "backend=sim", "dataset=specbench",
+                          f"dataset.path={ROOT / 'tests/fixtures/specbench_sample.jsonl'}",
+                          "dataset.categories=[summarization]", "hardware=h100")
+    assert run.sim["fit"] is None
+    [note] = [n for n in notes if n.startswith("decisions:")]
+    assert "qwen_coder has no profile for cnndm" in note and "humaneval -> qwen_coder_humaneval" in note
+
+
+def test_real_backends_are_untouched():
+    run, notes = composed("model=tiny", "backend=hf")
+    assert run.sim.get("fit") is None and not any(n.startswith("decisions:") for n in notes)
+
+
+# ----------------------------------------------------------------------------------------------- records, table
+def test_every_simulated_record_line_and_table_names_its_source_and_band(tmp_path):
+    out = tmp_path / "r.jsonl"
+    res = run_module("ouroboros.run", "model=llama70b_7b", "strategy=speculative", "dataset.num_prompts=1",
+                     "max_new_tokens=8", "logger=quiet", f"out={out}", tmp=tmp_path)
+    assert res.code == 0, res.err[-2000:]
+    recs = read_records(out)
+    bands = yaml.safe_load((ROOT / "conf/calibration/bands.yaml").read_text())
+    want = bands["prior"]["strategies"]["speculative"]
+    for r in recs:
+        assert r["decisions"]["kind"] == "prior" and r["decisions"]["label"] == "prior"
+    spec = next(r for r in recs if r["strategy"] == "speculative")
+    assert spec["decisions"]["band"]["speedup"] == want["speedup"]
+    assert spec["decisions"]["band"]["block_efficiency"] == want["block_efficiency"]
+    assert "decisions: the uncalibrated prior" in res.err
+    assert "decisions (simulated points): prior" in res.out
+    assert f"±{want['speedup']:.0%}" in res.out and "rank" in res.out
+
+
+def rec(label, speedup, band, baseline="b"):
+    return {"label": label, "strategy": label, "speedup": speedup, "baseline_id": baseline,
+            "decisions": {"band": None if band is None else {"speedup": band}}}
+
+
+def test_overlapping_bands_rank_as_a_tie_and_only_disjoint_ones_as_an_order():
+    recs = [rec("a", 2.0, 0.1), rec("b", 1.9, 0.1), rec("c", 1.2, 0.1), rec("d", 3.0, None), {
+        "label": "real", "strategy": "x", "speedup": 1.5, "baseline_id": "b"}]
+    assert speedup_ranks(recs) == ["=1", "=1", "3", "?", "-"]
+
+
+def test_real_tables_keep_their_columns():
+    r = {"label": "vanilla", "strategy": "vanilla", "params": {}, "totals": {
+        "new_tokens": 8, "elapsed_s": 1.0, "tokens_per_s": 8.0, "block_efficiency": 1.0, "accepted_length": 0.0,
+        "match_per_forward": 0.0}, "speedup": 1.0, "speedup_specbench": 1.0, "identical_to_baseline": "1/1",
+        "backend": "hf", "hardware": {"cpu": "x"}, "max_new_tokens": 8}
+    table = format_table([r])
+    assert "rank" not in table and "±" not in table and "decisions" not in table
+
+
+# ----------------------------------------------------------------------------------------------- calibrate measured
+def test_the_yi_profiles_are_calibrate_measured_on_the_papers_figures(tmp_path):
+    """Same numbers as the committed profiles (their fit: blocks name this command)."""
+    tasks, source = load_tasks(YI_FIGURES)
+    calibrate_measured(tasks, 16, 0, source, "test", tmp_path, out=lambda s: None)
+    for t in tasks:
+        name = f"yi34b_6b_{t.key}"
+        new = yaml.safe_load((tmp_path / f"{name}.yaml").read_text())
+        old = yaml.safe_load((ROOT / "conf/sim" / f"{name}.yaml").read_text())
+        assert {k: v for k, v in new.items() if k != "fit"} == {k: v for k, v in old.items() if k != "fit"}
+        assert new["fit"]["inputs"] == old["fit"]["inputs"]
+        assert old["fit"]["command"].startswith("python -m simulators.calibrate measured --from "
+                                                "conf/calibration/yi34b_6b_a800x2.yaml")
+
+
+def test_calibrate_measured_from_flags_writes_a_profile_that_reproduces_its_vanilla_speed(tmp_path):
+    from simulators.validate import run
+
+    res = run_module("simulators.calibrate", "measured", "--model", "llama70b_7b", "--task", "gsm8k", "--hardware",
+                     "a800x2", "--vanilla-tok-s", "8", "--sps-tok-s", "14", "--sps-accepted-length", "2.5",
+                     "--sps-gamma", "4", "--max-new-tokens", "64", "--prompt-len", "300", "--prompts", "3",
+                     "--out-dir", str(tmp_path))
+    assert res.code == 0, res.err
+    prof = yaml.safe_load((tmp_path / "llama70b_7b_gsm8k.yaml").read_text())
+    assert prof["pair"] == "llama70b_7b" and prof["profile"] == "llama70b_7b_gsm8k" and prof["corpus"] == "prose"
+    fit = prof["fit"]
+    assert fit["method_kind"] == "measured" and fit["hardware"] == "a800x2"
+    assert fit["inputs"] == {"vanilla_tok_s": 8.0, "sps_tok_s": 14.0, "sps_block_efficiency": 3.5, "sps": "gamma=4"}
+    assert "--sps-gamma 4" in fit["command"]
+    t = make_task("gsm8k", {"vanilla_tok_s": 8, "sps_block_efficiency": 3.5, "max_new_tokens": 64,
+                            "prompt_len": 300}, "llama70b_7b", "a800x2", "4", "test")
+    v = run(t, "vanilla", {}, prof["alpha_easy"], 3, 0)
+    assert v.tps(prof["target_overhead_s"], 0.0) == pytest.approx(8.0, rel=1e-4)
+    assert trust.decision_source({**prof, "tokens": "surrogate"})["fitted_to"] == (
+        "the pair's gsm8k vanilla tok s, sps tok s, sps block efficiency")
+
+
+def test_calibrate_measured_reads_a_real_runs_records(tmp_path):
+    def record(pid, strategy, tps, eta, baseline, params):
+        return {"point_id": pid, "strategy": strategy, "backend": "hf", "baseline_id": baseline, "time": 1.0,
+                "params": params, "max_new_tokens": 64, "config": {"sampling": {"temperature": 0.0}},
+                "totals": {"tokens_per_s": tps, "block_efficiency": eta},
+                "prompts": [{"prompt_len": 100}, {"prompt_len": 140}]}
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in (
+        record("v", "vanilla", 2.0, 1.0, "v", {}), record("s", "speculative", 2.6, 3.2, "v", {"gamma": 4,
+                                                                                          "schedule": "constant"}))) + "\n")
+    t = records_task(str(path), "qwen_coder", "humaneval", "h100", None)
+    assert (t.vanilla_tps, t.sps_tps, t.sps_eta, t.sps, t.prompt_len, t.max_new, t.corpus) == (
+        2.0, 2.6, 3.2, "4", 120, 64, "code")
+
+
+@pytest.mark.parametrize("d, msg", [
+    ({"sps_block_efficiency": 6.0}, r"more than gamma \+ 1 = 5"),
+    ({"sps_block_efficiency": 3.0, "sps_accepted_length": 2.0}, "one of them"),
+    ({"sps_block_efficiency": 0.5}, "is >= 1"),
+    ({"sps_block_efficiency": 3.0, "vanilla_tok_s": -1}, "vanilla_tok_s must be a positive number"),
+    ({"sps_block_efficiency": 3.0, "corpus": "poetry"}, "corpus must be one of"),
+    ({"sps_block_efficiency": 3.0, "held_out_typo": 1}, "unknown key 'held_out_typo'"),
+])
+def test_bad_figures_are_one_line(d, msg):
+    base = {"vanilla_tok_s": 10, "max_new_tokens": 64, "prompt_len": 100}
+    with pytest.raises(OuroborosError, match=msg):
+        make_task("gsm8k", {**base, **d}, "llama70b_7b", "h100", "4", "x")
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--model", "llama70b_7b", "--task", "gsm8k", "--hardware", "h100", "--vanilla-tok-s", "20", "--sps-eta", "3",
+      "--max-new-tokens", "64", "--prompt-len", "100"], "its gamma (draft tokens per step) or schedule hf"),
+    (["--model", "nope", "--task", "gsm8k", "--hardware", "h100", "--vanilla-tok-s", "20"], "unknown model 'nope'"),
+    (["--from", "conf/calibration/yi34b_6b_a800x2.yaml", "--vanilla-tok-s", "20"], "give the figures one way"),
+    ([], "give the figures one way"),
+    (["--from", "nope.yaml"], "does not exist"),
+])
+def test_calibrate_measured_refuses_bad_inputs_in_one_line(tmp_path, args, msg):
+    res = run_module("simulators.calibrate", "measured", *args, "--out-dir", str(tmp_path))
+    assert res.code == 2 and res.err.count("\n") == 1 and msg in res.err, res.err
+    assert not list(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------------------------- bands
+def test_quantile_and_the_band_summary():
+    assert quantile([0.1, 0.2, 0.3, 0.4, 0.5], 0.8) == pytest.approx(0.42)
+    cells = [{"strategy": "ouroboros", "metric": "speedup", "error": e} for e in (-0.3, 0.1, 0.2, -0.05, 0.4)]
+    s = summarise(cells)["ouroboros"]
+    assert s["speedup"] == pytest.approx(0.32) and s["cells"]["speedup"] == 5 and s["coverage"]["speedup"] == 0.8
+    assert summarise(cells)["vanilla"] == {"block_efficiency": 0.0, "speedup": 0.0}
+
+
+def test_the_committed_bands_are_measured_on_held_out_figures_only():
+    doc = yaml.safe_load((ROOT / "conf/calibration/bands.yaml").read_text())
+    loto = doc["profile_measured"]["cells"]
+    # the held-out task's own fit inputs are never scored as a held-out cell
+    assert not [c for c in loto if c["strategy"] == "speculative" and c["metric"] == "block_efficiency"]
+    assert not [c for c in loto if c["strategy"] == "vanilla" and c["metric"] == "tokens_per_s"]
+    for src in ("profile_measured", "prior"):
+        for m, e in doc[src]["strategies"].items():
+            for metric, n in (e.get("cells") or {}).items():
+                errs = [abs(c["error"]) for c in doc[src]["cells"] if c["strategy"] == m and c["metric"] == metric]
+                assert len(errs) == n and e[metric] == pytest.approx(quantile(errs, 0.8), abs=1e-4)
