@@ -279,14 +279,6 @@ def settings_lines(records: list[dict]) -> list[str]:
         return vals[0] if len(vals) == 1 else "varies: " + ", ".join(vals)
 
     lines = [f"new tokens per prompt: {one(_budget)}; hardware: {one(_machine)}"]
-    sims = [r for r in records if r.get("decisions")]
-    if sims:
-        lines.append(f"decisions (simulated points): {one(lambda r: decisions_text(r) if r in sims else 'real')}")
-        measured = list(dict.fromkeys(b["measured_by"].split(" (")[0] + f" ({b['commit']})" for r in sims
-                                      if (b := r["decisions"].get("band"))))
-        lines.append("±: the central 80% of the errors measured for this source and strategy"
-                     + (f" ({'; '.join(measured)})" if measured else "") + "; ?: not measured. rank: by speedup, "
-                     "'=' where bands overlap (a tie, not an order)")
     for name in dict.fromkeys(r["strategy"] for r in records):
         recs = [r for r in records if r["strategy"] == name]
         base = strategy_params(name)
@@ -294,6 +286,15 @@ def settings_lines(records: list[dict]) -> list[str]:
                   if base.get(k) != v and all(r["params"].get(k) == v for r in recs)}
         if shared:
             lines.append(f"{name} at every point: " + ", ".join(f"{k}={v}" for k, v in shared.items()))
+    sims = [r for r in records if r.get("decisions")]
+    if sims:
+        lines.append("decisions (simulated points): " + one(lambda r: decisions_text(r) if r.get("decisions") else
+                                                            "real"))
+        measured = list(dict.fromkeys(b["measured_by"].split(" (")[0] + f" ({b['commit']})" for r in sims
+                                      if (b := r["decisions"].get("band"))))
+        lines.append("±: the central 80% of the errors measured for this source and strategy"
+                     + (f" ({'; '.join(measured)})" if measured else "") + "; ?: not measured. rank: by speedup, "
+                     "'=' where bands overlap (a tie, not an order)")
     return lines
 
 
@@ -416,6 +417,7 @@ class Executor:
     on_record: Callable[[dict], None] | None = None
     progress: bool = False      # progress bars (make_executor: logger.progress and stderr is a terminal)
     recorded: int = 0           # records appended by this executor (the interrupt message counts them)
+    notes: list[str] = field(default_factory=list)   # `note:` lines printed once `check` has passed
     _sessions: dict[str, Session] = field(default_factory=dict)
     _results: dict[str, RunResult] = field(default_factory=dict)   # point_id -> result measured or reloaded
     _kept: dict[str, dict[str, PromptResult]] = field(default_factory=dict)  # point_id -> prompts decoded here
@@ -440,6 +442,9 @@ class Executor:
                 check_trees(name, sess.target, sess.draft if get_spec(name).needs_draft_model else None)
                 if p.run.serve.concurrency and sess.backend == "sim":
                     check_serving_memory(p, sess, self._budgets(p, sess))
+        for note in self.notes:   # after every check: a bad input stays one error line
+            print(f"note: {note}", file=sys.stderr)
+        self.notes = []
 
     def _done(self, pid: str) -> dict | None:
         return self.records.index().get(pid) if (self.resume and self.records is not None) else None
@@ -622,9 +627,11 @@ def make_executor(run: RunConfig, resume: bool, sweep: str) -> Executor:
                     progress=run.logger.console and run.logger.progress and sys.stderr.isatty())
 
 
-def run_one(run: RunConfig) -> list[dict]:
-    """The baseline and the strategy, both measured now (no resume): one table, records appended."""
+def run_one(run: RunConfig, notes: list[str] | None = None) -> list[dict]:
+    """The baseline and the strategy, both measured now (no resume): one table, records appended. `notes` are
+    printed once the points have passed their checks."""
     ex = make_executor(run, resume=False, sweep="run")
+    ex.notes = list(notes or [])
     point = Point(run, label_of(run))
     recs = []
     points = [point.baseline_point(), point] if run.baseline and run.baseline != run.strategy.name else [point]
@@ -693,16 +700,25 @@ def entry(fn: Callable[[], Any]) -> Any:
         sys.exit(130)
 
 
-def explicit_run(cfg: DictConfig) -> RunConfig:
+def explicit_run(cfg: DictConfig, late: list[str] | None = None) -> RunConfig:
     """The validated run with the command line's explicit values applied (ouroboros.config precedence); prints
-    a one-line note for each setting the command line did not pick but that decides the numbers."""
+    a one-line note for each setting the command line did not pick but that decides the numbers. Notes on the
+    decisions' source go to `late` when given (printed once the points pass their checks: `Executor.notes`)."""
     from hydra.core.hydra_config import HydraConfig
 
     overrides = list(HydraConfig.get().overrides.task)
     run = apply_explicit(validate(cfg), overrides)
     for note in explicit_notices(run, overrides):
-        print(f"note: {note}", file=sys.stderr)
+        if late is not None and is_late(note):
+            late.append(note)
+        else:
+            print(f"note: {note}", file=sys.stderr)
     return run
+
+
+def is_late(note: str) -> bool:
+    """A note printed after the checks (the decisions' source: loading the simulated pair can still fail)."""
+    return note.startswith("decisions:")
 
 
 def hydra_cli(main: Callable[[], Any]) -> None:
@@ -717,7 +733,8 @@ def hydra_cli(main: Callable[[], Any]) -> None:
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    entry(lambda: run_one(explicit_run(cfg)))
+    late: list[str] = []
+    entry(lambda: run_one(explicit_run(cfg, late), late))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from ouroboros.run import (
     format_table,
     hydra_cli,
     interrupts_deferred,
+    is_late,
     label_of,
     make_executor,
 )
@@ -226,8 +227,10 @@ def sweep_main(cfg: DictConfig) -> list[dict]:
     points = plan(list(hc.overrides.task), choices, run.sweep, notes)
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
     for note in notes if not multirun else ():  # a -m run prints its notes once, before its first job
-        print(f"note: {note}", file=sys.stderr)
+        if not is_late(note):
+            print(f"note: {note}", file=sys.stderr)
     ex = make_executor(run, resume=run.sweep.resume, sweep=run.sweep.name)
+    ex.notes = [n for n in notes if is_late(n)] if not multirun else []
     ex.on_record = None  # run_points prints the summary line
     with counted(ex):   # a Ctrl-C anywhere from here on: "interrupted: N points recorded"
         records = run_points(points, ex)

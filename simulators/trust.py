@@ -50,8 +50,20 @@ def pair_name(model: dict[str, Any]) -> str:
 
 
 def default_profile(model: dict[str, Any], dataset: dict[str, Any]) -> str | None:
+    """The model YAML's `sim_profiles:` entry for the dataset's task, else conf/sim/<pair>_<task>.yaml when that
+    profile was fitted for this pair (what `calibrate measured` writes)."""
     task = dataset_task(dataset)
-    return (model.get("sim_profiles") or {}).get(task) if task else None
+    if not task:
+        return None
+    named = (model.get("sim_profiles") or {}).get(task)
+    if named:
+        return str(named)
+    path = conf_root() / "sim" / f"{pair_name(model)}_{task}.yaml"
+    if path.is_file():
+        with open(path, encoding="utf-8") as f:
+            if (yaml.safe_load(f) or {}).get("pair") == pair_name(model):
+                return path.stem
+    return None
 
 
 def with_default_profile(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any],
@@ -100,8 +112,10 @@ def fitted_to(fit: dict[str, Any]) -> str:
     if profile_method(fit) == "recorded":
         return (f"{len(inputs.get('recorded_runs') or [])} recorded real runs of the pair on {task} "
                 f"({inputs.get('prompts', '?')} prompts)")
-    keys = [k for k in ("vanilla_tok_s", "sps_tok_s", "sps_block_efficiency") if k in inputs]
-    return f"the pair's {task} " + ", ".join(k.replace("_", " ") for k in keys)
+    names = {"vanilla_tok_s": "vanilla token/s", "sps_tok_s": "SpS token/s", "sps_block_efficiency": "SpS eta"}
+    keys = [names[k] for k in names if k in inputs]
+    sps = f" ({inputs['sps']})" if inputs.get("sps") else ""
+    return f"the pair's {task} {', '.join(keys)}{sps}"
 
 
 def band_key(source: dict[str, Any]) -> str:
@@ -165,7 +179,7 @@ def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, 
     own = sorted((model.get("sim_profiles") or {}).items())
     why = (f"{pair} has no profile for {task}" if task else
            f"the {dataset.get('kind')} prompts belong to no single task") if "sim" not in typed else "sim= chose it"
-    has = f" (its profiles: {', '.join(f'{k} -> {v}' for k, v in own)})" if own else ""
-    return [f"decisions: the uncalibrated prior ({why}{has}); every eta and speedup is a guess within the prior's "
-            f"bands at best. Calibrate: measure vanilla and speculative once on your pair, then `python -m "
+    has = f"; its profiles: {', '.join(f'{k} -> {v}' for k, v in own)}" if own else ""
+    return [f"decisions: the uncalibrated prior ({why}{has}). Every eta and speedup is a guess, within the prior's "
+            f"bands at best; to calibrate, measure vanilla and speculative once on your pair, then `python -m "
             f"simulators.calibrate measured --model {pair} --task {task or '<task>'} ...` (README)"]

@@ -155,7 +155,7 @@ def test_calibrate_measured_from_flags_writes_a_profile_that_reproduces_its_vani
     v = run(t, "vanilla", {}, prof["alpha_easy"], 3, 0)
     assert v.tps(prof["target_overhead_s"], 0.0) == pytest.approx(8.0, rel=1e-4)
     assert trust.decision_source({**prof, "tokens": "surrogate"})["fitted_to"] == (
-        "the pair's gsm8k vanilla tok s, sps tok s, sps block efficiency")
+        "the pair's gsm8k vanilla token/s, SpS token/s, SpS eta (gamma=4)")
 
 
 def test_calibrate_measured_reads_a_real_runs_records(tmp_path):
@@ -165,9 +165,9 @@ def test_calibrate_measured_reads_a_real_runs_records(tmp_path):
                 "totals": {"tokens_per_s": tps, "block_efficiency": eta},
                 "prompts": [{"prompt_len": 100}, {"prompt_len": 140}]}
     path = tmp_path / "records.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in (
-        record("v", "vanilla", 2.0, 1.0, "v", {}), record("s", "speculative", 2.6, 3.2, "v", {"gamma": 4,
-                                                                                          "schedule": "constant"}))) + "\n")
+    recs = (record("v", "vanilla", 2.0, 1.0, "v", {}),
+            record("s", "speculative", 2.6, 3.2, "v", {"gamma": 4, "schedule": "constant"}))
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     t = records_task(str(path), "qwen_coder", "humaneval", "h100", None)
     assert (t.vanilla_tps, t.sps_tps, t.sps_eta, t.sps, t.prompt_len, t.max_new, t.corpus) == (
         2.0, 2.6, 3.2, "4", 120, 64, "code")
