@@ -304,7 +304,9 @@ def bands_main(a: Any, out=print) -> int:
             "command": cmd, "commit": git_commit(), "strategies": summarise(loto), "cells": loto},
         "prior": {
             "what": "the uncalibrated prior (conf/sim/default.yaml, the hardware's estimated overheads)",
-            "held_out": "every Yi-34B/6B paper figure (none fitted)",
+            "held_out": "every Yi-34B/6B paper figure; the decisions are not fitted to any, but the a800x2 profile's "
+                        "per-forward overheads were fitted to these vanilla and SpS token/s, so the token/s bands "
+                        "understate the prior's clock error on an uncalibrated machine",
             "command": cmd, "commit": git_commit(), "strategies": summarise(prior), "cells": prior},
         "profile_recorded": {
             "what": "a profile fitted to the pair's recorded real decisions (calibrate decisions)",
