@@ -302,7 +302,7 @@ def compare(real: dict[str, RealRun], sim_opts: dict[str, Any], mapper, which: s
     rows = []
     for label, run in real.items():
         fit_pos, eval_pos = split(len(run.results))
-        pos = eval_pos if which == "eval" else fit_pos
+        pos = {"eval": eval_pos, "fit": fit_pos}.get(which, list(range(len(run.results))))   # "all": every prompt
         r = stats([run.results[i] for i in pos])
         s = stats(sim_pooled(run, pos, sim_opts, mapper, seeds))
         rows.append({"run": label, "prompts": len(pos), "real": r, "sim": s})

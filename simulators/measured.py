@@ -26,6 +26,7 @@ bands: how far each kind of decision source's numbers are off, measured on figur
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -260,6 +261,38 @@ def prior_cells(n_prompts: int, seed: int, out=print) -> list[dict[str, Any]]:
     return cells
 
 
+def recorded_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
+    """profile_recorded: each `TASK=DIR:PROFILE` is a folder of real runs recorded by `simulators.realcheck` on
+    prompts the profile was never fitted to; every recording process (sub-folder) is one cell per strategy: the
+    surrogate's block efficiency under the profile against the real pair's on the same prompts."""
+    from simulators.decisions import compare, folders, id_mapper, load_real
+    from simulators.sim_profiles import load_profile
+
+    cells = []
+    for spec in specs:
+        task, _, rest = spec.partition("=")
+        root, _, profile = rest.rpartition(":")
+        if not (task and root and profile):
+            raise OuroborosError(f"--recorded takes TASK=DIR:PROFILE, got {spec!r}")
+        opts = load_profile(profile)
+        model = str(opts.get("pair") or "qwen_coder")
+        opts.pop("fit", None)
+        mapper = id_mapper(model)
+        for d in folders(root):
+            real = load_real(d, model)
+            seen = {r.prompt_id for run in real.values() for r in run.results}
+            for row in compare(real, opts, mapper, "all"):
+                e = rel(row["sim"]["eta"], row["real"]["eta"])
+                name = real[row["run"]].name
+                out(f"  {profile} on {os.path.basename(d)} ({row['prompts']} prompts): {row['run']} eta real "
+                    f"{row['real']['eta']:.2f}, simulated {row['sim']['eta']:.2f} ({e:+.1%})")
+                if e is not None and name != "vanilla":
+                    cells.append({"source": "profile_recorded", "task": f"{task} ({os.path.basename(d)})",
+                                  "strategy": name, "metric": "block_efficiency", "error": round(e, 4),
+                                  "run": row["run"], "prompts": sorted(seen)})
+    return cells
+
+
 def quantile(xs: list[float], q: float) -> float:
     """Linear interpolation between order statistics (numpy's default)."""
     s = sorted(xs)
@@ -271,7 +304,7 @@ def quantile(xs: list[float], q: float) -> float:
 def summarise(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """strategy -> {metric: band, cells, coverage, median bias} over the cells of one source."""
     out: dict[str, dict[str, Any]] = {}
-    for m in METHODS:
+    for m in dict.fromkeys([*METHODS, *(c["strategy"] for c in cells)]):
         entry: dict[str, Any] = {}
         for metric in ("block_efficiency", "tokens_per_s", "speedup"):
             errs = [c["error"] for c in cells if c["strategy"] == m and c["metric"] == metric]
@@ -295,7 +328,9 @@ def bands_main(a: Any, out=print) -> int:
     out("measuring the bands on the Yi-34B/6B paper figures (conf/calibration/yi34b_6b_a800x2.yaml):")
     loto = loto_cells(a.prompts, a.seed, out)
     prior = prior_cells(a.prompts, a.seed, out)
-    cmd = f"python -m simulators.calibrate bands --prompts {a.prompts} --seed {a.seed}"
+    recorded = recorded_cells(a.recorded, out) if a.recorded else []
+    cmd = f"python -m simulators.calibrate bands --prompts {a.prompts} --seed {a.seed}" + "".join(
+        f" --recorded {spec.split('=', 1)[0]}=<recorded runs>:{spec.rpartition(':')[2]}" for spec in a.recorded)
     doc = {
         "level": BAND_LEVEL,
         "profile_measured": {
@@ -310,9 +345,12 @@ def bands_main(a: Any, out=print) -> int:
             "command": cmd, "commit": git_commit(), "strategies": summarise(prior), "cells": prior},
         "profile_recorded": {
             "what": "a profile fitted to the pair's recorded real decisions (calibrate decisions)",
-            "held_out": "not measured: needs recorded real runs of held-out prompts (simulators.realcheck); "
-                        "python -m simulators.validate decisions reports their errors",
-            "command": None, "commit": None, "strategies": {}, "cells": []},
+            "held_out": (f"real runs of prompts no profile was fitted to ({'; '.join(a.recorded)}; traces in the "
+                         "cache, not in git); block efficiency only, the clock is not part of it"
+                         if a.recorded else "not measured: needs recorded real runs of held-out prompts "
+                         "(simulators.realcheck); python -m simulators.validate decisions reports their errors"),
+            "command": cmd if a.recorded else None, "commit": git_commit() if a.recorded else None,
+            "strategies": summarise(recorded) if a.recorded else {}, "cells": recorded},
     }
     path = Path(a.out) if a.out else BANDS_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -329,7 +367,7 @@ def bands_main(a: Any, out=print) -> int:
 
 def band_table(doc: dict[str, Any]) -> str:
     lines = [f"{'source':<18}{'strategy':<13}{'eta':>8}{'tok/s':>8}{'speedup':>9}{'cells':>7}{'coverage':>10}"]
-    for src in ("profile_measured", "prior"):
+    for src in ("profile_measured", "prior", "profile_recorded"):
         for m, e in (doc[src].get("strategies") or {}).items():
             def f(k: str, e: dict[str, Any] = e) -> str:
                 return "-" if e.get(k) is None else f"±{e[k]:.0%}"
@@ -346,6 +384,9 @@ def main_sub(what: str, argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0)
     if what == "bands":
         ap.add_argument("--out", default=None, help="where the bands go (default conf/calibration/bands.yaml)")
+        ap.add_argument("--recorded", action="append", default=[], metavar="TASK=DIR:PROFILE",
+                        help="real runs recorded by simulators.realcheck on prompts PROFILE was not fitted to "
+                             "(repeatable): the profile_recorded band")
         a = ap.parse_args(argv)
         if a.prompts < 1:
             raise OuroborosError(f"--prompts must be >= 1, got {a.prompts}")

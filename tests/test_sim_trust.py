@@ -221,3 +221,15 @@ def test_the_committed_bands_are_measured_on_held_out_figures_only():
             for metric, n in (e.get("cells") or {}).items():
                 errs = [abs(c["error"]) for c in doc[src]["cells"] if c["strategy"] == m and c["metric"] == metric]
                 assert len(errs) == n and e[metric] == pytest.approx(quantile(errs, 0.8), abs=1e-4)
+
+
+def test_wandb_metrics_carry_the_band():
+    from ouroboros.sinks import point_metrics
+
+    rec = {"totals": {k: 1.0 for k in ("tokens_per_s", "mean_tokens_per_s", "new_tokens", "elapsed_s",
+                                       "block_efficiency", "accepted_length", "match_per_forward", "target_forwards",
+                                       "draft_forwards", "draft_tokens", "draft_s", "verify_s", "other_s",
+                                       "prefill_s")},
+           "speedup": 2.0, "decisions": {"band": {"speedup": 0.24, "block_efficiency": None, "cells": {"speedup": 5}}}}
+    m = point_metrics(rec)
+    assert m["band/speedup"] == 0.24 and "band/block_efficiency" not in m and "band/cells" not in m
