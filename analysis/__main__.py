@@ -1,13 +1,14 @@
 """`python -m analysis <records file or folder> [--out DIR] [--format png svg]`: tables (Markdown, CSV) and figures
-(PNG, SVG) from JSONL records. Prints the main table and what it wrote."""
+(PNG, SVG) from JSONL records. Prints what it wrote (the tables are in the output folder)."""
 
 from __future__ import annotations
 
 import sys
 
-from analysis.report import table_rows, to_markdown, write_report
+from analysis.report import table_rows, write_report
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
+from ouroboros.paths import check_out_dir
 from ouroboros.sinks import read_sweep_records
 
 
@@ -18,13 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/analysis", help="output folder (default: runs/analysis)")
     ap.add_argument("--format", nargs="+", default=["png", "svg"], choices=["png", "svg", "pdf"])
     args = ap.parse_args(argv)
+    check_out_dir(args.out, "--out")
     records = read_sweep_records(args.records)
     if not records:
         raise OuroborosError(f"no records in {args.records!r}")
     written = write_report(records, args.out, args.format)
-    print(to_markdown(table_rows(records)))
-    print(f"wrote tables (table.md/csv, tasks.md/csv) and {len(written)} figure(s) to {args.out}: "
-          f"{', '.join(sorted(written))}")
+    print(f"{len(table_rows(records))} point(s): tables table.md/csv, tasks.md/csv and {len(written)} figure(s) "
+          f"({', '.join(sorted(written))}) written to {args.out}")
     return 0
 
 

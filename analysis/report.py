@@ -82,7 +82,7 @@ def table_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
                      "block_efficiency": round(t["block_efficiency"], 3),
                      "accepted_length": round(t["accepted_length"], 3),
                      "match_per_forward": round(t["match_per_forward"], 3),
-                     "identical": r.get("identical_to_baseline"),
+                     "identical": r.get("identical_to_baseline") or ("sampled" if r.get("sampled") else None),
                      "decisions": (r.get("decisions") or {}).get("label", "real" if r.get("backend") != "sim"
                                                                    else "unstated (an older record)"),
                      "band_speedup": band_text(r, "speedup"), "band_eta": band_text(r, "block_efficiency")})

@@ -44,3 +44,33 @@ def check_writable(path: str | os.PathLike, what: str) -> None:
                 d.rmdir()
             except OSError:
                 pass
+
+
+def check_out_dir(path: str | os.PathLike, what: str) -> None:
+    """Raise OuroborosError (one line, naming `what`) unless `path` is, or can be made, a folder files can be written
+    in; proved by making it (and any missing folders above it) and a probe file, then removing what it made."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise OuroborosError(f"{what}: {str(path)!r} is a file, not a folder")
+    made: list[Path] = []
+    parent = p
+    while not parent.exists():
+        made.append(parent)
+        parent = parent.parent
+    try:
+        if not parent.is_dir():
+            raise OuroborosError(f"{what}: cannot make {str(path)!r}: {str(parent)!r} is not a folder")
+        for d in reversed(made):
+            d.mkdir()
+        probe = p / ".ouroboros-write-probe"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.close(fd)
+        probe.unlink()
+    except OSError as e:
+        raise OuroborosError(f"{what}: cannot write in {str(path)!r} ({e.strerror or type(e).__name__})") from None
+    finally:
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:
+                pass

@@ -58,7 +58,7 @@ from ouroboros.metrics import (
     step_dict,
 )
 from ouroboros.sinks import SCHEMA_VERSION, RecordFile, WandbMirror, band_text, prompt_line, summary_line
-from ouroboros.strategies import check_trees, get_spec, is_peer
+from ouroboros.strategies import check_lengths, check_trees, get_spec, is_peer
 
 
 # ----------------------------------------------------------------------------------------------- sessions
@@ -72,6 +72,7 @@ class Session:
     hardware: dict[str, Any]         # what the clock measures: this machine (hf) or the profile (sim)
     tokenizer: Any = None            # decodes outputs into the record's `text` (None: ids only)
     margin: Callable[[list[int]], float] | None = None   # target's top-2 logit margin after a prefix (hf only)
+    context: int = 0                 # the pair's model context (tokens): prompt + new tokens fit in it
 
 
 def _pair_key(run: RunConfig) -> str:
@@ -152,7 +153,7 @@ def open_session(run: RunConfig) -> Session:
 
         assert isinstance(target, HFBackend)
         margin = target.top2_margin
-    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware, tokenizer, margin)
+    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware, tokenizer, margin, context)
 
 
 @functools.cache
@@ -208,9 +209,11 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
         if step_records:
             s["steps"] = [step_dict(r) for r in p.steps]
         prompts.append(s)
-    budgets = sorted({p.max_new_tokens or run.max_new_tokens for p in session.prompts})
+    budgets = sorted(set(effective_budgets(session, [p.max_new_tokens or run.max_new_tokens
+                                                     for p in session.prompts])))
     same, diverged = None, []
-    if baseline is not None:
+    sampled = None if run.sampling.greedy else sampled_text(run)
+    if baseline is not None and sampled is None:   # sampled outputs are not compared (sampled_text)
         n_same = sum(a.output == b.output for a, b in zip(baseline.prompts, result.prompts, strict=True))
         same = f"{n_same}/{len(result.prompts)}"
         diverged = divergences(baseline, result, prompt_ids, session.margin)
@@ -223,8 +226,19 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
             "speedup": serving_speedup(baseline, result) if baseline is not None else None,
             "speedup_specbench": speedup_mean_speed(baseline, result) if baseline is not None else None,
             "identical_to_baseline": same, "divergences": [dataclasses.asdict(d) for d in diverged],
+            **({"sampled": sampled} if sampled else {}),
             "prompts": prompts, **({"serving": result.serving} if result.serving is not None else {}),
             **({"decisions": sim_decisions(run)} if session.backend == "sim" else {})}
+
+
+def sampled_text(run: RunConfig) -> str:
+    """What a sampled point's outputs mean for losslessness: exact sampling draws from the target's distribution,
+    but not the same tokens as an independently sampled baseline, so outputs are not compared."""
+    sp = run.sampling
+    knobs = ", ".join([f"T={sp.temperature:g}"] + ([f"top_p={sp.top_p:g}"] if sp.top_p < 1 else [])
+                      + ([f"top_k={sp.top_k}"] if sp.top_k else []))
+    return (f"sampled ({knobs}): exactness is distribution-tested (tests/test_sampling.py); outputs are not "
+            "compared with the baseline's")
 
 
 def sim_decisions(run: RunConfig) -> dict[str, Any]:
@@ -279,6 +293,7 @@ def settings_lines(records: list[dict]) -> list[str]:
         return vals[0] if len(vals) == 1 else "varies: " + ", ".join(vals)
 
     lines = [f"new tokens per prompt: {one(_budget)}; hardware: {one(_machine)}"]
+    lines += list(dict.fromkeys(r["sampled"] for r in records if r.get("sampled")))
     for name in dict.fromkeys(r["strategy"] for r in records):
         recs = [r for r in records if r["strategy"] == name]
         base = strategy_params(name)
@@ -342,7 +357,8 @@ def format_table(records: list[dict]) -> str:
         lines.append(f"{r['label'][:43]:<44}{t['new_tokens']:>8}{secs:>10.3f}{rate:>10.1f}"
                      f"{spd}{'-' if sb is None else f'{sb:.2f}x':>8}{eta}"
                      f"{t['accepted_length']:>7.2f}{t['match_per_forward']:>8.2f}"
-                     f"{r.get('identical_to_baseline') or '-':>11}" + (f"{ranks[i]:>6}" if banded else ""))
+                     f"{r.get('identical_to_baseline') or ('sampled' if r.get('sampled') else '-'):>11}"
+                     + (f"{ranks[i]:>6}" if banded else ""))
     lines.append("speedup: baseline time / time (the paper's); SB spd: mean per-prompt tok/s over the baseline's "
                  "(Spec-Bench's)")
     served = [r for r in records if r.get("serving")]
@@ -440,8 +456,15 @@ class Executor:
 
                     check_peer_models(name, stock_models(sess)[1], sess.eos_ids)
                 check_trees(name, sess.target, sess.draft if get_spec(name).needs_draft_model else None)
+                if not is_peer(name):
+                    check_lengths(name, strategy_params(name, p.run.strategy.params), sess.context)
+                note = budget_note(p, sess, self._budgets(p, sess))
+                if note and note not in self.notes:
+                    self.notes.append(note)
                 if p.run.serve.concurrency and sess.backend == "sim":
                     check_serving_memory(p, sess, self._budgets(p, sess))
+                if p.run.serve.concurrency >= 2 and sess.backend == "hf":
+                    check_batching(p, sess)
         for note in self.notes:   # after every check: a bad input stays one error line
             print(f"note: {note}", file=sys.stderr)
         self.notes = []
@@ -595,6 +618,40 @@ class Executor:
         if self.on_record is not None:
             self.on_record(rec)
         return rec
+
+
+def check_batching(point: Point, sess: Session) -> None:
+    """Serving at concurrency >= 2 on real models: every model the strategy runs must take padded batched
+    forwards (not sliding windows, not ALiBi); refused in one line before anything is measured."""
+    from ouroboros.backends.hf import HFBackend
+
+    c = point.run.serve.concurrency
+    needs = [sess.target] + ([sess.draft] if sess.draft is not None and get_spec(point.run.strategy.name)
+                             .needs_draft_model else [])
+    for be in needs:
+        why = be.batch_refusal() if isinstance(be, HFBackend) else None
+        if why:
+            raise OuroborosError(f"serve.concurrency={c} decodes requests in batched forwards, but {why}: run every "
+                                 "strategy on this model with serve.concurrency=0 or 1")
+
+
+def budget_note(point: Point, sess: Session, budgets: list[int]) -> str | None:
+    """A note when the model context leaves some prompt less room than its budget (decoding stops there)."""
+    short = [(p, b, sess.context - len(p.ids)) for p, b in zip(sess.prompts, budgets, strict=True)
+             if b > sess.context - len(p.ids)]
+    if not short:
+        return None
+    room = min(r for _, _, r in short)
+    return (f"max_new_tokens={max(b for _, b, _ in short)} does not fit the model context of {sess.context} tokens "
+            f"for {len(short)} of {len(sess.prompts)} prompt(s): they stop when the context is full (as few as "
+            f"{room} new tokens); the table shows the budgets in effect")
+
+
+def effective_budgets(session: Session, budgets: list[int]) -> list[int]:
+    """Each prompt's budget as decoding can spend it: at most what the context leaves after the prompt."""
+    if not session.context:
+        return budgets
+    return [min(b, session.context - len(p.ids)) for p, b in zip(session.prompts, budgets, strict=True)]
 
 
 def check_serving_memory(point: Point, sess: Session, budgets: list[int]) -> None:

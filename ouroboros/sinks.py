@@ -196,7 +196,7 @@ def summary_line(rec: dict, done: int | None = None, total: int | None = None) -
     sp = rec.get("speedup")
     head = f"[{done}/{total}] " if done is not None else ""
     same = rec.get("identical_to_baseline")
-    tail = f", identical {same}" if same else ""
+    tail = f", identical {same}" if same else (", sampled: outputs not compared" if rec.get("sampled") else "")
     clock = "modelled" if rec.get("backend") == "sim" else "wall"
     sv = rec.get("serving")
     if sv:

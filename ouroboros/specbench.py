@@ -94,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/specbench", help="folder for the answer files")
     ap.add_argument("--model-id", default=None, help="model_id prefix (default: the model config's name)")
     args = ap.parse_args(argv)
+    from ouroboros.paths import check_out_dir
     from ouroboros.sinks import read_records
 
+    check_out_dir(args.out, "--out")
     records = read_records(args.records)
     if not records:
         raise OuroborosError(f"no records in {args.records!r}")

@@ -16,6 +16,8 @@ moment loses at most the point being measured, and a rerun measures it once (our
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
 import json
 import os
@@ -222,6 +224,8 @@ def sweep_main(cfg: DictConfig) -> list[dict]:
     if preset:   # the base config as every point starts from it
         cfg = hydra.compose(config_name="config", overrides=preset + list(hc.overrides.task))
     run = validate(cfg, serving=not sets_serve)   # the points themselves are checked in full (plan)
+    if {"sweep.grid", "sweep.points"} & typed_keys and "sweep.name" not in typed_keys:   # a grid of your own
+        run = dataclasses.replace(run, sweep=dataclasses.replace(run.sweep, name=custom_name(run.sweep)))
     choices = dict(hc.runtime.choices)
     notes: list[str] = []
     points = plan(list(hc.overrides.task), choices, run.sweep, notes)
@@ -250,6 +254,13 @@ def sweep_main(cfg: DictConfig) -> list[dict]:
         dirs = ex.mirror.run_dirs
         print(f"wandb ({ex.mirror.mode}) runs: {len(dirs)} under {run.logger.wandb.dir}/wandb, summary {dirs[-1:]}")
     return records
+
+
+def custom_name(sweep: SweepConfig) -> str:
+    """A typed grid's own sweep name ('custom-<6 hex>' of its grid and points), so its records and figures never
+    join a preset's (sweep.name=... names it yourself)."""
+    key = json.dumps([list(sweep.grid), [dataclasses.asdict(p) for p in sweep.points]], sort_keys=True, default=str)
+    return "custom-" + hashlib.sha1(key.encode()).hexdigest()[:6]
 
 
 def log_sweep_media(run: RunConfig, records: list[dict], ex: Executor) -> None:

@@ -121,6 +121,8 @@ def sim_options(sim: dict[str, Any] | None) -> dict[str, Any]:
             check_type(opts[k], hint)
         except TypeError as e:
             raise OuroborosError(f"sim.{k} must be {e}, got {opts[k]!r}") from None
+    if opts["devices"] is not None and int(opts["devices"]) < 1:
+        raise OuroborosError(f"sim.devices must be >= 1 (or null: the hardware profile's count), got {opts['devices']}")
     for k in ("target_overhead_s", "draft_overhead_s"):
         if opts[k] is not None and float(opts[k]) < 0:
             raise OuroborosError(f"sim.{k} must be >= 0, got {opts[k]}")

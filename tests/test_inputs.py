@@ -110,6 +110,22 @@ ROWS = [
     ("analysis", ["{out}", "--format", "gif"], "invalid choice: 'gif'"),
     ("ouroboros.specbench", ["{tmp}/nope.jsonl"], "no records at"),
     ("ouroboros.specbench", ["{tmp}/empty"], "no records in"),
+    # output folders (issue 33): an existing file or a folder that cannot be made is one line, nothing written
+    ("analysis", ["{out}", "--out", "{out}"], "is a file, not a folder"),
+    ("analysis", ["{out}", "--out", "/proc/nope/x"], "--out: cannot write in '/proc/nope/x'"),
+    ("ouroboros.specbench", ["{out}", "--out", "{out}"], "is a file, not a folder"),
+    ("ouroboros.specbench", ["{out}", "--out", "/proc/nope/x"], "--out: cannot write in '/proc/nope/x'"),
+    # values that used to be accepted silently (issue 33)
+    ("ouroboros.run", ["sim.devices=0"], "sim.devices must be >= 1"),
+    ("ouroboros.run", ["strategy.params.gamma=1000000000"], "does not fit the model context of 4096 tokens"),
+    ("ouroboros.run", ["strategy=lookahead", "strategy.params.W=5000"], "strategy.params.W=5000 for lookahead"),
+    # batched serving on models whose forwards cannot be padded into one batch (issue 33): refused up front
+    ("ouroboros.run", ["model=tiny", "model.family=bloom", "backend=hf", "serve.concurrency=2", "strategy=vanilla"],
+     "bloom models take positions from ALiBi"),
+    ("ouroboros.run", ["model=tiny", "model.family=falcon_alibi", "backend=hf", "serve.concurrency=2",
+                       "strategy=speculative"], "falcon models take positions from ALiBi"),
+    ("ouroboros.run", ["model=tiny", "model.family=mistral_sw", "backend=hf", "serve.concurrency=3",
+                       "strategy=pld"], "mistral models have sliding-window layers"),
     ("ouroboros.sweep", ['sweep.grid=["hardware=a800x2,h200"]', "sweep=single"], "but h200 has 140 GB usable"),
     ("ouroboros.run", ["sim.tokens=oracle"], "unknown sim.tokens 'oracle'"),
     ("ouroboros.run", ["sim.placement=diagonal"], "placement"),

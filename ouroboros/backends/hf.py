@@ -96,6 +96,15 @@ class HFBackend:
             self._refusal = None if why is None else f"{self.config.model_type} models: {why}"
         return self._refusal
 
+    def batch_refusal(self) -> str | None:
+        """None when rows of this model can share one padded forward (`score_batch`); else why not (one clause)."""
+        if any(w is not None for w in self._windows):
+            return f"{self.config.model_type} models have sliding-window layers here"
+        if not self._has_positions or getattr(self.config, "alibi", False):
+            return (f"{self.config.model_type} models take positions from ALiBi biases over the input order, which "
+                    "padded rows would shift")
+        return None
+
     def _find_refusal(self) -> str | None:
         if not self._has_positions:
             return "its forward takes no position_ids (positions follow the input order, e.g. ALiBi)"
@@ -245,9 +254,9 @@ def score_batch(backends: list[HFBackend], drafts: list[Draft], want_logits: lis
     b0 = backends[0]
     if any(b.model is not b0.model for b in backends):
         raise RuntimeError("score_batch: every row must run on the same model")
-    if any(w is not None for w in b0._windows):
-        raise OuroborosError(f"batched decoding needs full-attention layers; {b0.config.model_type} has sliding "
-                             f"windows here")
+    why = b0.batch_refusal()
+    if why:
+        raise OuroborosError(f"batched decoding cannot run here: {why}")
     inputs = [b._score_inputs(d) for b, d in zip(backends, drafts, strict=True)]
     bases = [b.cache_len for b in backends]
     n_rows, L = len(backends), max(bases)

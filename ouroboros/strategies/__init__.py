@@ -144,6 +144,20 @@ def check_files(name: str, params: dict[str, Any] | None) -> None:
         cfg.check_files()
 
 
+# params that size a draft, window or tree in tokens: none can reach the model context
+LENGTH_PARAMS = ("gamma", "horizontal", "max_ngram", "min_ngram", "num_pred_tokens", "W", "N", "G", "K",
+                 "max_suffix", "min_suffix", "depth", "num_nodes")
+
+
+def check_lengths(name: str, params: dict[str, Any], context: int) -> None:
+    """OuroborosError (one line, with the valid range) when a length param is not below the model context."""
+    for k in LENGTH_PARAMS:
+        v = params.get(k)
+        if context and isinstance(v, int) and not isinstance(v, bool) and v >= context:
+            raise OuroborosError(f"strategy.params.{k}={v} for {name} does not fit the model context of {context} "
+                                 f"tokens: use a value below {context}")
+
+
 def check_trees(name: str, target: Backend, draft: Backend | None = None) -> None:
     """OuroborosError (one line) when the strategy may give a token tree to a model that scores chains only
     (`Backend.tree_refusal`); run once the models are loaded, before anything is measured."""
