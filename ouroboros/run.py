@@ -434,9 +434,17 @@ class Executor:
     progress: bool = False      # progress bars (make_executor: logger.progress and stderr is a terminal)
     recorded: int = 0           # records appended by this executor (the interrupt message counts them)
     notes: list[str] = field(default_factory=list)   # `note:` lines printed once `check` has passed
+    process: str = field(default_factory=lambda: uuid.uuid4().hex[:12])   # this process's id in wall-clock records
+    started: float = field(default_factory=time.time)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _results: dict[str, RunResult] = field(default_factory=dict)   # point_id -> result measured or reloaded
     _kept: dict[str, dict[str, PromptResult]] = field(default_factory=dict)  # point_id -> prompts decoded here
+    # Wall clocks: a speedup's two times must come from one process. _redo: points (and their baselines) measured
+    # again here; _reuse: point_id -> prompts decoded by an earlier process that this one may keep (those whose
+    # baseline prompt was decoded by that same process); _procs: point_id -> prompt_id -> the process that decoded it
+    _redo: set[str] = field(default_factory=set)
+    _reuse: dict[str, set[str]] = field(default_factory=dict)
+    _procs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def session(self, run: RunConfig) -> Session:
         key = _pair_key(run) + json.dumps(run.dataset, sort_keys=True, default=str)
@@ -447,6 +455,7 @@ class Executor:
     def check(self, points: list[Point]) -> None:
         """Before anything is measured: load each unfinished point's models and refuse a strategy that would give
         a token tree to a model that scores chains only (one line naming the model type and the reason)."""
+        self._plan_wall_clock(points)
         for p in points:
             if self._done(p.id) is None:
                 sess = self.session(p.run)
@@ -470,7 +479,38 @@ class Executor:
         self.notes = []
 
     def _done(self, pid: str) -> dict | None:
-        return self.records.index().get(pid) if (self.resume and self.records is not None) else None
+        if pid in self._redo or not self.resume or self.records is None:
+            return None
+        return self.records.index().get(pid)
+
+    @staticmethod
+    def wall(run: RunConfig) -> bool:
+        """Measured on a wall clock (real models): times from two processes are not comparable."""
+        return run.backend_kind != "sim"
+
+    def _plan_wall_clock(self, points: list[Point]) -> None:
+        """Which wall-clock points a resumed run may reuse: a recorded point whose every prompt was timed in the
+        same process as its baseline's (`paired_processes`); any other is measured again here, and so is its
+        baseline (for the prompts it decodes here). Simulated points are deterministic and reused freely."""
+        if not self.resume or self.records is None:
+            return
+        index = self.records.index()
+        for p in points:
+            bid = p.baseline_id
+            if not self.wall(p.run) or bid is None or p.run.baseline == p.run.strategy.name:
+                continue
+            rec = index.get(p.id)
+            if rec is None or not rec.get("paired_processes"):
+                self._redo.update({p.id, bid})
+        for bid in {p.baseline_id for p in points if p.id in self._redo and p.baseline_id}:
+            deps = [p for p in points if p.baseline_id == bid and p.id in self._redo and p.id != bid]
+            base = self.records.finished_processes(bid)
+            common = set(base)
+            for q in deps:   # prompts q may keep: decoded by the process that decoded the baseline's
+                mine = self.records.finished_processes(q.id)
+                common &= {k for k, proc in mine.items() if proc and base.get(k) == proc}
+            for pid in [bid, *(q.id for q in deps)]:
+                self._reuse[pid] = set(common)
 
     def run_point(self, point: Point) -> tuple[dict, bool]:
         """(record, measured now?) for `point`, measuring its baseline first when needed."""
@@ -497,10 +537,15 @@ class Executor:
             self._results.setdefault(bid, result_from_record(done))
         return self._results[bid]
 
-    def _claim(self, pid: str):
+    @contextlib.contextmanager
+    def _claim(self, pid: str) -> Iterator[dict | None]:
+        """Hold pid's lock; yields the record another worker finished meanwhile, else None (a point measured again
+        here ignores the records written before this run began)."""
         if self.records is None or not self.resume:
-            return _no_claim()
-        return self.records.claim(pid)
+            yield None
+            return
+        with self.records.claim(pid) as other:
+            yield None if other is not None and pid in self._redo and other.get("time", 0) < self.started else other
 
     def interleaved(self, run: RunConfig) -> bool:
         if run.serve.concurrency:   # a served point decodes all its requests together
@@ -557,10 +602,20 @@ class Executor:
                               sess.draft, sess.eos_ids, run.sampling)
 
     def _finished(self, pid: str) -> dict[str, PromptResult]:
-        """Prompts of point `pid` already decoded: by this executor, or (resuming) by a run stopped earlier."""
+        """Prompts of point `pid` already decoded: by this executor, or (resuming) by a run stopped earlier. On a
+        wall clock, an earlier process's prompts only where `_plan_wall_clock` paired them with the baseline's."""
+        procs = self._procs.setdefault(pid, {})
         out = dict(self._kept.get(pid, {}))
+        procs.update({k: self.process for k in out})
         if self.resume and self.records is not None:
-            out.update({k: prompt_from_dict(v) for k, v in self.records.finished_prompts(pid).items()})
+            earlier = self.records.finished_processes(pid) if pid in self._reuse else {}
+            for k, v in self.records.finished_prompts(pid).items():
+                if k in out:
+                    continue
+                if pid in self._redo and k not in self._reuse.get(pid, set()):
+                    continue   # decoded by another process than its baseline's prompt: decoded again here
+                out[k] = prompt_from_dict(v)
+                procs[k] = earlier.get(k, "")
         return out
 
     def _keeper(self, pid: str) -> Callable[[PromptResult], None]:
@@ -568,8 +623,9 @@ class Executor:
         most the prompt it was decoding)."""
         def keep(r: PromptResult) -> None:
             self._kept.setdefault(pid, {})[r.prompt_id] = r
+            self._procs.setdefault(pid, {})[r.prompt_id] = self.process
             if self.resume and self.records is not None:
-                self.records.append(prompt_line(pid, prompt_dict(r)))
+                self.records.append(prompt_line(pid, prompt_dict(r), self.process))
         return keep
 
     def _serve(self, point: Point, sess: Session) -> RunResult:
@@ -607,8 +663,15 @@ class Executor:
         if run.strategy.name == run.baseline:
             base, baseline_id = result, point.id
         self._results[point.id] = result
+        self._redo.discard(point.id)
         rec = make_record(run, result, sess, label=point.label, baseline=base, baseline_id=baseline_id,
                           sweep=self.sweep, step_records=self.step_records)
+        if self.wall(run):   # which process timed each prompt, and whether the baseline's were timed alike
+            procs = self._procs.get(point.id, {})
+            rec["processes"] = {p.prompt_id: procs.get(p.prompt_id, self.process) for p in result.prompts}
+            if baseline_id is not None:
+                theirs = self._procs.get(baseline_id, {}) if baseline_id != point.id else rec["processes"]
+                rec["paired_processes"] = all(theirs.get(k, self.process) == v for k, v in rec["processes"].items())
         with interrupts_deferred():   # a Ctrl-C here waits: the record and its wandb run land together
             if self.records is not None:
                 self.records.append(rec)
@@ -665,14 +728,6 @@ def check_serving_memory(point: Point, sess: Session, budgets: list[int]) -> Non
     c = run.serve.concurrency
     check_serving_fit(run.model, run.hardware or {}, run.sim, sum(sorted(per_round[:n], reverse=True)[:c]), c,
                       bool(get_spec(run.strategy.name).needs_draft_model))
-
-
-class _no_claim:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def make_executor(run: RunConfig, resume: bool, sweep: str) -> Executor:

@@ -71,10 +71,12 @@ def read_sweep_records(path: str | os.PathLike) -> list[dict]:
     return records
 
 
-def prompt_line(point_id: str, prompt: dict) -> dict:
+def prompt_line(point_id: str, prompt: dict, process: str | None = None) -> dict:
     """The line a point appends after each finished prompt (readers of records skip it: no `point_id` key), so a
-    run killed at any moment resumes at prompt granularity (`RecordFile.finished_prompts`)."""
-    return {"kind": "prompt_result", "of_point": point_id, "prompt": prompt, "time": time.time()}
+    run killed at any moment resumes at prompt granularity (`RecordFile.finished_prompts`); `process`: the id of
+    the process that timed it (a wall-clock speedup pairs only prompts of one process)."""
+    return {"kind": "prompt_result", "of_point": point_id, "prompt": prompt, "time": time.time(),
+            **({"process": process} if process else {})}
 
 
 def sweep_manifest(sweep: str, points: list[tuple[str, str]]) -> dict:
@@ -110,6 +112,13 @@ class RecordFile:
         if not self.path.exists():
             return {}
         return {ln["prompt"]["prompt_id"]: ln["prompt"] for ln in _read_lines(self.path)
+                if ln.get("kind") == "prompt_result" and ln.get("of_point") == point_id}
+
+    def finished_processes(self, point_id: str) -> dict[str, str]:
+        """prompt_id -> the process that timed the latest prompt line of `point_id` ('' for lines without one)."""
+        if not self.path.exists():
+            return {}
+        return {ln["prompt"]["prompt_id"]: str(ln.get("process") or "") for ln in _read_lines(self.path)
                 if ln.get("kind") == "prompt_result" and ln.get("of_point") == point_id}
 
     def index(self) -> dict[str, dict]:
