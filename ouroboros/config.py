@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,10 @@ from ouroboros.datasets import load_records
 from ouroboros.paths import check_writable
 from ouroboros.sampling import SamplingConfig
 from ouroboros.strategies import check_files, default_params, get_spec, is_peer, make_config
+
+# conf/config.yaml puts runs/conf (your own presets, e.g. the tuner's) on Hydra's search path; where you run without
+# one, Hydra's "path=runs/conf is not available" warning says nothing you need to act on
+warnings.filterwarnings("ignore", message=r"provider=hydra\.searchpath in main, path=runs/conf is not available")
 
 BACKEND_KINDS = ("hf", "sim", "auto")
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
@@ -124,7 +129,8 @@ class TuneConfig:
     ])
     tie: dict[str, str] = field(default_factory=lambda: {"G": "W"})  # G follows W when they start equal
     metric: str = "tokens_per_s"   # a key of RunResult.totals() (higher is better)
-    out: str = "runs/tuned/${strategy.name}.yaml"  # the chosen settings, as a conf/strategy/ YAML
+    out: str = "runs/conf/strategy/tuned/${strategy.name}.yaml"  # the chosen settings: strategy=tuned/<name> selects
+    #                                                                them (runs/conf is on Hydra's search path)
 
 
 @dataclass

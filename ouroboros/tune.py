@@ -141,6 +141,18 @@ def write_strategy_yaml(path: str | Path, run: RunConfig, params: dict[str, Any]
     return path
 
 
+def preset_hint(path: Path) -> str:
+    """How to select a written preset by name: runs/conf (relative to where you run) is on Hydra's search path
+    (conf/config.yaml), so runs/conf/strategy/<x>/<name>.yaml is strategy=<x>/<name>; the package's conf/ is
+    never written."""
+    parts = path.resolve().parts
+    for i in range(len(parts) - 3):
+        if parts[i:i + 3] == ("runs", "conf", "strategy") and Path(*parts[:i]) == Path.cwd().resolve():
+            return f"select it with strategy={Path(*parts[i + 3:]).with_suffix('').as_posix()}"
+    return ("to select it by name, put it under runs/conf/strategy/ (e.g. runs/conf/strategy/tuned/) and run from "
+            "the folder holding runs/")
+
+
 def tune_main(cfg: DictConfig) -> dict[str, Any]:
     late: list[str] = []
     run = explicit_run(cfg, late)
@@ -151,11 +163,10 @@ def tune_main(cfg: DictConfig) -> dict[str, Any]:
     with counted(ex):
         params, history = tune(run, ex)
     best = next(r for r in reversed(history) if r["params"] == params)
-    print(format_table(history))
+    print(format_table(list({r["point_id"]: r for r in history}.values())))   # a point the stages revisit: once
     path = write_strategy_yaml(run.tune.out, run, params, best)
     changed = {k: v for k, v in params.items() if strategy_params(run.strategy.name).get(k) != v}
-    print(f"chosen: {changed or 'the defaults'}; written to {path} "
-          f"(load it with: cp {path} conf/strategy/ && ... strategy={path.stem})")
+    print(f"chosen: {changed or 'the defaults'}; written to {path}; {preset_hint(path)}")
     return params
 
 

@@ -1,6 +1,8 @@
 """The tuner (paper's Algorithm 1): one parameter at a time, each stage at the best values found so far; the
 chosen settings are written as a loadable strategy YAML."""
 
+from pathlib import Path
+
 import yaml
 from hydra import compose, initialize_config_dir
 from test_sweep import CONF, SMALL
@@ -29,3 +31,28 @@ def test_tune_stages_pick_the_best_and_write_yaml(tmp_path):
     loaded = yaml.safe_load(path.read_text())
     assert loaded["name"] == "ouroboros" and loaded["params"] == params
     make_config(loaded["name"], loaded["params"])    # a valid strategy config
+
+
+def test_tune_writes_a_preset_selectable_by_name_without_touching_the_package(tmp_path, monkeypatch):
+    """Issue 33: the preset lands under runs/conf/strategy/tuned/ (on Hydra's search path), is selected with
+    strategy=tuned/<name>, and the shipped conf/strategy/ stays as it is; the table lists each point once."""
+    import os
+
+    from cli_helper import run_module
+    from test_sweep import SMALL
+
+    shipped = {p.name: p.read_bytes() for p in (Path(CONF) / "strategy").glob("*.yaml")}
+    monkeypatch.chdir(tmp_path)
+    res = run_module("ouroboros.tune", *SMALL, "strategy=pld", f"out={tmp_path / 'r.jsonl'}",
+                     'tune.stages=["strategy.params.num_pred_tokens=3,6","strategy.params.max_ngram=2,3"]',
+                     tmp=tmp_path)
+    assert res.code == 0, res.err[-2000:]
+    assert "select it with strategy=tuned/pld" in res.out
+    preset = tmp_path / "runs/conf/strategy/tuned/pld.yaml"
+    assert preset.is_file() and {p.name: p.read_bytes() for p in (Path(CONF) / "strategy").glob("*.yaml")} == shipped
+    rows = [ln for ln in res.out.splitlines() if ln.startswith("pld")]
+    assert len(rows) == len(set(rows)) == 3    # (3, 3), (6, 3) and one more max_ngram; the revisited point once
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        run = validate(compose("config", overrides=["strategy=tuned/pld"]))
+    assert run.strategy.name == "pld" and run.strategy.params == yaml.safe_load(preset.read_text())["params"]
+    assert os.getcwd() == str(tmp_path)
