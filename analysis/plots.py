@@ -35,9 +35,41 @@ def _x(rec: dict, param: str) -> Any:
 
 
 def _describe(d: dict[str, Any]) -> str:
+    """A model or dataset config in a few words: its name and its scalar settings (sections such as a model's
+    `profile` or `sim_profiles` are identity, not settings: never dumped into a legend)."""
     name = str(d.get("name") or d.get("kind") or "?")
-    rest = ",".join(f"{k}={v}" for k, v in sorted(d.items()) if k not in ("name", "kind", "profile") and v is not None)
+    rest = ",".join(f"{k}={v}" for k, v in sorted(d.items()) if k not in ("name", "kind", "profile", "path")
+                    and v is not None and not isinstance(v, (dict, list)))
     return f"{name}({rest})" if rest else name
+
+
+def sampling_of(rec: dict) -> str:
+    """'greedy' or 'T=0.7 top_p=0.8' (what a record's outputs were drawn with)."""
+    sp = rec["config"].get("sampling") or {}
+    if not sp.get("temperature"):
+        return "greedy"
+    return " ".join([f"T={sp['temperature']:g}"] + ([f"top_p={sp['top_p']:g}"] if sp.get("top_p", 1) < 1 else [])
+                    + ([f"top_k={sp['top_k']}"] if sp.get("top_k") else []))
+
+
+def clock_of(rec: dict) -> str:
+    return "modelled" if rec.get("backend") == "sim" else "wall"
+
+
+def comparable(rec: dict) -> tuple[str, ...]:
+    """What must be equal for two records' speedups to share a figure: the model pair, the clock (backend), the
+    hardware, the dataset and the sampling settings."""
+    c = rec["config"]
+    hw = (c.get("hardware") or {}).get("name") if rec.get("backend") == "sim" else (rec.get("hardware") or {}).get(
+        "cpu") or "this machine"
+    return (str(c["model"].get("name") or c["model"].get("kind")), clock_of(rec), str(hw),
+            _describe(c["dataset"]), sampling_of(rec))
+
+
+def group_name(key: tuple[str, ...], keys: list[tuple[str, ...]]) -> str:
+    """The parts of a comparability key that tell it apart from the other groups' (a figure-name suffix)."""
+    parts = [k for i, k in enumerate(key) if len({other[i] for other in keys}) > 1]
+    return slug("_".join(parts))
 
 
 def _context(rec: dict, param: str, tied: set[str]) -> dict[str, Any]:
@@ -137,10 +169,17 @@ def speedup_curve(records: Sequence[dict], param: str) -> Figure | None:
     return fig
 
 
+MAX_BARS = 20
+
+
 def speedup_bars(records: Sequence[dict], title: str) -> Figure | None:
     recs = [r for r in records if r.get("speedup") is not None]
     if len(recs) < 2:
         return None
+    left = 0
+    if len(recs) > MAX_BARS:   # a large sweep: its fastest points, in their order, and how many more there are
+        top = {id(r) for r in sorted(recs, key=lambda r: -r["speedup"])[:MAX_BARS]}
+        left, recs = len(recs) - MAX_BARS, [r for r in recs if id(r) in top]
     fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(recs) + 1.5), 4.2))
     labels = [r["label"] for r in recs]
     vals = [r["speedup"] for r in recs]
@@ -158,7 +197,9 @@ def speedup_bars(records: Sequence[dict], title: str) -> Figure | None:
     ax.set_ylim(0, max(v + e for v, e in zip(vals, err, strict=True)) * 1.15)
     ax.set_xticks(range(len(recs)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("speedup over vanilla (x)")
-    ax.set_title(title + _where(recs) + _sources(recs), fontsize=9)
+    clock = clock_of(recs[0])
+    ax.set_title(f"{title} ({clock} time, {sampling_of(recs[0])})" + _where(recs) + _sources(recs)
+                 + (f"\nthe {MAX_BARS} fastest of {MAX_BARS + left} points" if left else ""), fontsize=9)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.grid(axis="y", alpha=0.3)
     return fig
@@ -265,25 +306,33 @@ def slug(text: str) -> str:
 
 
 def all_figures(records: Sequence[dict]) -> dict[str, Figure]:
+    """Every figure, one set per group of comparable records (`comparable`): unlike runs never share a figure;
+    a figure's name ends with what sets its group apart when there are several."""
     figs: dict[str, Figure] = {}
-    points = list({r["point_id"]: r for r in records}.values())  # curves and pool figures: each point once
-    for param in CURVE_PARAMS:
-        fig = speedup_curve(points, param)
-        if fig is not None:
-            figs[f"speedup_vs_{param}"] = fig
-    for name, fn in (("speedup_vs_concurrency", speedup_vs_concurrency), ("latency_vs_throughput",
-                                                                          latency_throughput)):
-        fig = fn(points)
-        if fig is not None:
-            figs[name] = fig
-    by_sweep: dict[str, list[dict]] = {}
+    groups: dict[tuple[str, ...], list[dict]] = {}
     for r in records:
-        by_sweep.setdefault(r.get("sweep") or "run", []).append(r)
-    for name, rs in by_sweep.items():
-        if len(rs) <= 20:
+        groups.setdefault(comparable(r), []).append(r)
+    keys = list(groups)
+    for key, recs in groups.items():
+        tag = ("_" + group_name(key, keys)) if len(keys) > 1 else ""
+        points = list({r["point_id"]: r for r in recs}.values())  # curves and pool figures: each point once
+        for param in CURVE_PARAMS:
+            fig = speedup_curve(points, param)
+            if fig is not None:
+                figs[f"speedup_vs_{param}{tag}"] = fig
+        for name, fn in (("speedup_vs_concurrency", speedup_vs_concurrency), ("latency_vs_throughput",
+                                                                              latency_throughput)):
+            fig = fn(points)
+            if fig is not None:
+                figs[f"{name}{tag}"] = fig
+        by_sweep: dict[str, list[dict]] = {}
+        for r in recs:
+            by_sweep.setdefault(r.get("sweep") or "run", []).append(r)
+        for name, rs in by_sweep.items():
             fig = speedup_bars(rs, f"Speedup per point: sweep '{name}'")
             if fig is not None:
-                figs[f"bars_{slug(name)}"] = fig
+                figs[f"bars_{slug(name)}{tag}"] = fig
+    points = list({r["point_id"]: r for r in records}.values())
     for r in points:
         if sum(k.startswith("pool_") for k in figs) >= MAX_POOL_FIGURES:
             break

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 
 from ouroboros.config import validate
@@ -97,3 +98,28 @@ def test_multirun_validates_every_job_before_running(tmp_path):
     assert res.returncode == 2
     assert res.stderr.strip().splitlines()[-1] == "error: speculative.gamma must be >= 1, got 0"
     assert not out.exists()   # nothing ran
+
+
+def table_of(stdout: str) -> list[str]:
+    """The multirun's one table (its point rows and settings lines), without paths and timings of the launch."""
+    lines = stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("new tokens per prompt"))
+    return [ln for ln in lines[start:] if not ln.startswith(("records", "wandb"))]
+
+
+def test_multirun_with_submitit_local_matches_the_basic_launcher(tmp_path):
+    """Scale-out (issue 33): hydra-submitit-launcher's submitit_local runs the SLURM code path on this machine; its
+    records and its one table equal those of Hydra's basic launcher (the simulator is deterministic)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason='pip install -e ".[submitit]"')
+    runs = {}
+    for name, launcher in (("basic", []), ("submitit", ["hydra/launcher=submitit_local",
+                                                       "hydra.launcher.timeout_min=10"])):
+        out = tmp_path / f"{name}.jsonl"
+        res = cli("-m", *launcher, *SMALL, "sweep=single", "strategy=speculative", "strategy.params.gamma=2,3",
+                  f"out={out}", f"hydra.sweep.dir={tmp_path / name}")
+        assert res.returncode == 0, res.stderr[-2000:]
+        runs[name] = (res.stdout, {r["label"]: (r["totals"]["new_tokens"], r["totals"]["elapsed_s"], r["speedup"])
+                                   for r in read_records(out)})
+    assert runs["submitit"][1] == runs["basic"][1] and len(runs["basic"][1]) == 3
+    assert sorted(table_of(runs["submitit"][0])) == sorted(table_of(runs["basic"][0]))   # jobs finish in any order
+    assert list((tmp_path / "submitit").rglob("*_submitted.pkl"))   # it went through submitit
