@@ -8,6 +8,7 @@ nothing of models; never re-measures.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from ouroboros.metrics import pool_rates  # noqa: E402
 CURVE_PARAMS = {"gamma": "draft length γ", "K": "candidate suffixes K", "W": "lookahead window W",
                 "N": "n-gram level N (β)", "max_new_tokens": "generation length l (tokens)"}
 MAX_SERIES = 12
+MAX_SHADED = 3
 MAX_POOL_FIGURES = 8
 
 
@@ -67,9 +69,18 @@ def comparable(rec: dict) -> tuple[str, ...]:
 
 
 def group_name(key: tuple[str, ...], keys: list[tuple[str, ...]]) -> str:
-    """The parts of a comparability key that tell it apart from the other groups' (a figure-name suffix)."""
-    parts = [k for i, k in enumerate(key) if len({other[i] for other in keys}) > 1]
-    return slug("_".join(parts))
+    """A short figure-name suffix telling `key`'s group from the others: the parts that differ (a dataset by its
+    name alone, sampling as 'sampled'), plus a 4-hex digest of the whole key when those do not tell it apart."""
+    def short(i: int, v: str) -> str:
+        return v.split("(")[0] if i == 3 else ("sampled" if i == 4 and v != "greedy" else v)
+
+    def name(k: tuple[str, ...]) -> str:
+        return "_".join(short(i, v) for i, v in enumerate(k) if len({o[i] for o in keys}) > 1)
+
+    mine = name(key)
+    if sum(name(k) == mine for k in keys) > 1:
+        mine += "_" + hashlib.sha1(repr(key).encode()).hexdigest()[:4]
+    return slug(mine)
 
 
 def _context(rec: dict, param: str, tied: set[str]) -> dict[str, Any]:
@@ -148,10 +159,11 @@ def speedup_curve(records: Sequence[dict], param: str) -> Figure | None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     bands = {(r["strategy"], _x(r, param), r["speedup"]): band(r) for r in records if _x(r, param) is not None}
+    shade = len(series) <= MAX_SHADED   # more shaded bands than that only hide each other: the title gives them
     for label, xs in list(series.items())[:MAX_SERIES]:
         line, = ax.plot([x for x, _ in xs], [y for _, y in xs], marker="o", label=label)
         bs = [b for x, y in xs if (b := bands.get((label.split(" ")[0], x, y))) is not None]
-        if len(bs) == len(xs):   # the measured error band of these simulated points, shaded
+        if shade and len(bs) == len(xs):   # the measured error band of these simulated points, shaded
             ax.fill_between([x for x, _ in xs], [y * (1 - b) for (_, y), b in zip(xs, bs, strict=True)],
                             [y * (1 + b) for (_, y), b in zip(xs, bs, strict=True)], color=line.get_color(),
                             alpha=0.15, lw=0)
@@ -160,8 +172,14 @@ def speedup_curve(records: Sequence[dict], param: str) -> Figure | None:
     ax.set_ylabel("speedup over vanilla (x)")
     drawn = [r for r in records if _x(r, param) is not None]
     clocks = {r.get("backend") for r in drawn}
+    src = _sources(drawn).split("; bars:")[0]
+    widths = sorted({b for r in drawn if (b := band(r)) is not None})
+    if src and widths:
+        lo, hi = widths[0], widths[-1]
+        src += ("; shaded: 80% measured error band" if shade else f"; every point ±{lo:.0%}" if lo == hi
+                else f"; points ±{lo:.0%}-{hi:.0%}")
     ax.set_title(f"Speedup vs {CURVE_PARAMS[param]} ({'modelled' if clocks == {'sim'} else 'wall'} time)"
-                 f"{_where(drawn)}{_sources(drawn).replace('bars:', 'shaded:')}", fontsize=9)
+                 f"{_where(drawn)}{src}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     if len(series) > MAX_SERIES:
@@ -273,7 +291,8 @@ def speedup_vs_concurrency(records: Sequence[dict]) -> Figure | None:
     ax.set_ylabel("throughput speedup over vanilla (x)")
     flat = [r for rs in series.values() for r in rs]
     clock = "modelled" if {r.get("backend") for r in flat} == {"sim"} else "wall"
-    ax.set_title(f"Speculation under load ({clock} time){_where(flat)}")
+    ax.set_title(f"Speculation under load ({clock} time){_where(flat)}{_sources(flat).split('; bars:')[0]}",
+                 fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return fig
@@ -295,7 +314,8 @@ def latency_throughput(records: Sequence[dict]) -> Figure | None:
     ax.set_xlabel("throughput (tokens / s)")
     ax.set_ylabel("request latency p50 (s)")
     flat = [r for rs in series.values() for r in rs]
-    ax.set_title(f"Latency vs throughput (labels: concurrency){_where(flat)}")
+    ax.set_title(f"Latency vs throughput (labels: concurrency){_where(flat)}{_sources(flat).split('; bars:')[0]}",
+                 fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return fig

@@ -56,7 +56,33 @@ def test_cli_writes_tables_and_figures(records, tmp_path, capsys):
     rows = list(csv.DictReader(open(out / "table.csv")))
     assert len(rows) == len(table_rows(__import__("ouroboros.sinks").sinks.read_records(records)))
     assert (out / "tasks.md").read_text().startswith("| point | category |")
-    assert "| vanilla |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"written to {out}" in printed and "| vanilla |" not in printed   # where it wrote, not the table
+
+
+def test_unlike_runs_never_share_a_figure(records):
+    """Issue 33: a sampled and a greedy series are two figures; legends never dump a config section."""
+    import json
+
+    from analysis.plots import all_figures, close
+    from ouroboros.sinks import read_records
+
+    recs = read_records(records)
+    sampled = [json.loads(json.dumps(r)) for r in recs]
+    for r in sampled:
+        r["config"]["sampling"] = {"temperature": 0.7, "top_p": 0.8, "top_k": 0, "seed": 0}
+        r["config"]["model"]["sim_profiles"] = {"humaneval": "x"}
+        r["point_id"] += "-sampled"
+    figs = all_figures(recs + sampled)
+    want = {"speedup_vs_gamma_greedy", "speedup_vs_gamma_sampled", "bars_gamma_greedy", "bars_gamma_sampled"}
+    assert want <= set(figs)
+    for name, fig in figs.items():
+        texts = [t.get_text() for ax in fig.axes for t in ax.texts + ([ax.title] if ax.title else [])]
+        texts += [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+        assert not any("{" in t or "sim_profiles" in t for t in texts), name
+        if name.startswith(("speedup_vs", "bars")):
+            assert any("modelled time" in t for t in texts), name
+        close(fig)
 
 
 def test_cli_error_is_one_line(tmp_path, capsys):
