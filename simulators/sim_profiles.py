@@ -4,9 +4,10 @@
 the rest, so `sim.<key>=v` still overrides any option) holding only what its fit set, `pair:` (the model it was fitted
 for; make_pair refuses another) and `fit:` (its inputs: which published or measured figures, which command, commit).
 
-Writers (`python -m simulators.calibrate paper|decisions`):
-- `simulators.validate.paper_profiles`: the Yi-34B/6B per-task fit of `simulators.validate paper` (published
-  vanilla token/s, SpS token/s and SpS block efficiency ONLY; see validate's module doc), as profiles;
+Writers (`python -m simulators.calibrate measured|decisions`):
+- `simulators.measured`: any pair's per-task fit from its measured vanilla token/s, SpS token/s and SpS block
+  efficiency ONLY (the fit of `simulators.validate paper`; the Yi-34B/6B profiles are it on the paper's figures);
+  the model YAML's `sim_profiles:` or the name <pair>_<task> makes a profile its task's default (simulators/trust.py);
 - `simulators.decisions.fit_profile`: the surrogate's agreement knobs fitted to a real pair's recorded decisions.
 
 Knows nothing of strategies or the loop.

@@ -35,8 +35,8 @@ copy-rate: how often real continuations repeat what followed their last two toke
   target, and the surrogate `p_copy` that matches (simulators/copyrate.py). `paper --p-copy fit` runs the table
   with those values (code tasks from HumanEval, prose tasks from MT-Bench; no paper figure is used).
 
-Published figures: PAPER_NUMBERS.md (arXiv 2402.13720, Tables 1-3) and, for CNN/DM and WMT16 token/s, the
-official repository's README table (github.com/thunlp/Ouroboros, "Yi 34b/6b tok/s"; its Ouroboros-with-warm-start
+Published figures: conf/calibration/yi34b_6b_a800x2.yaml (arXiv 2402.13720, Tables 1-3) and, for CNN/DM and WMT16
+token/s, the official repository's README table (github.com/thunlp/Ouroboros, "Yi 34b/6b tok/s"; its Ouroboros-with-warm-start
 speed-ups are the paper's 1.55x / 1.35x). Knows nothing of real models.
 """
 
@@ -335,7 +335,7 @@ def fit_draft_overhead(plans: dict[str, dict[str, tuple[float, Run]]], over_t: d
 
 def profile_calibration(n_prompts: int, seed: int, tasks: tuple[Task, ...] = TASKS) -> Calibration:
     """The calibration stored in conf/model/yi34b_6b.yaml's per-task profiles (conf/sim/yi34b_6b_<task>.yaml, written
-    by `python -m simulators.calibrate paper`) instead of a fresh fit: what `run ... sim=<profile>` runs with."""
+    by `python -m simulators.calibrate measured`) instead of a fresh fit: what `run ... sim=<profile>` runs with."""
     over_t: dict[str, float] = {}
     a: dict[str, float] = {}
     over_d: dict[str, float] = {}
@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                          "the real Qwen2.5-Coder pair on a task of the same kind (no published figure)")
     ap.add_argument("--profiles", action="store_true",
                     help="paper: predict from the stored profiles (conf/model/yi34b_6b.yaml's sim_profiles, written by "
-                         "`python -m simulators.calibrate paper`) instead of fitting afresh")
+                         "`python -m simulators.calibrate measured`) instead of fitting afresh")
     ap.add_argument("--model", default="qwen_coder", help="decisions: the real pair (conf/model/<name>.yaml)")
     ap.add_argument("--dataset", default="humaneval", help="decisions: the task the runs were recorded on")
     ap.add_argument("--max-new-tokens", type=int, default=64, help="decisions: the recorded budget")
