@@ -36,8 +36,8 @@ copy-rate: how often real continuations repeat what followed their last two toke
   with those values (code tasks from HumanEval, prose tasks from MT-Bench; no paper figure is used).
 
 Published figures: conf/calibration/yi34b_6b_a800x2.yaml (arXiv 2402.13720, Tables 1-3) and, for CNN/DM and WMT16
-token/s, the official repository's README table (github.com/thunlp/Ouroboros, "Yi 34b/6b tok/s"; its Ouroboros-with-warm-start
-speed-ups are the paper's 1.55x / 1.35x). Knows nothing of real models.
+token/s, the official repository's README table (github.com/thunlp/Ouroboros, "Yi 34b/6b tok/s"; its
+Ouroboros-with-warm-start speed-ups are the paper's 1.55x / 1.35x). Knows nothing of real models.
 """
 
 from __future__ import annotations
