@@ -345,8 +345,10 @@ def bands_main(a: Any, out=print) -> int:
             "command": cmd, "commit": git_commit(), "strategies": summarise(prior), "cells": prior},
         "profile_recorded": {
             "what": "a profile fitted to the pair's recorded real decisions (calibrate decisions)",
-            "held_out": (f"real runs of prompts no profile was fitted to ({'; '.join(a.recorded)}; traces in the "
-                         "cache, not in git); block efficiency only, the clock is not part of it"
+            "held_out": ("real runs of prompts no profile was fitted to (" + "; ".join(
+                f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]}" for sp in a.recorded) + "; traces kept in the "
+                "cache, not in git; one cell per recording process of 4 prompts); block efficiency only, the clock "
+                "is not part of it"
                          if a.recorded else "not measured: needs recorded real runs of held-out prompts "
                          "(simulators.realcheck); python -m simulators.validate decisions reports their errors"),
             "command": cmd if a.recorded else None, "commit": git_commit() if a.recorded else None,
