@@ -15,7 +15,8 @@ from ouroboros.sweep import plan
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 SIM = ["model=llama70b_7b", "dataset.num_prompts=1", "max_new_tokens=8", "logger=quiet"]
-HUMANEVAL = ["model=qwen_coder", "backend=sim", "hardware=h100", "dataset=humaneval", "dataset.ids=[HumanEval/0]",
+HUMANEVAL = ["model=qwen_coder", "backend=sim", "sim=default", "hardware=h100", "dataset=humaneval",  # the prior:
+             "dataset.ids=[HumanEval/0]",                                 # its profile needs the fetched tokenizer
              "logger=quiet", "strategy=pld"]
 
 

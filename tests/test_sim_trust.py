@@ -77,6 +77,15 @@ def test_a_pair_without_a_profile_for_the_task_runs_on_the_prior_and_names_the_o
     assert "qwen_coder has no profile for cnndm" in note and "humaneval -> qwen_coder_humaneval" in note
 
 
+def test_a_default_profile_that_needs_the_fetched_tokenizer_says_how_to_get_it(tmp_path):
+    """qwen_coder's profiles count real prompts with the pair's tokenizer: without it, one line naming the fetch."""
+    res = run_module("ouroboros.run", "model=qwen_coder", f"model.cache_dir={tmp_path}", "backend=sim",
+                     "hardware=h100", "dataset=humaneval", "dataset.ids=[HumanEval/0]", "logger=quiet",
+                     f"out={tmp_path / 'r.jsonl'}", tmp=tmp_path)
+    assert res.code == 2 and res.err.strip().splitlines() == [res.err.strip()], res.err
+    assert "python -m ouroboros.fetch qwen-coder" in res.err and not (tmp_path / "r.jsonl").exists()
+
+
 def test_real_backends_are_untouched():
     run, notes = composed("model=tiny", "backend=hf")
     assert run.sim.get("fit") is None and not any(n.startswith("decisions:") for n in notes)
