@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     if not records:
         raise OuroborosError(f"no records in {args.records!r}")
     written = write_report(records, args.out, args.format)
-    print(f"{len(table_rows(records))} point(s): tables table.md/csv, tasks.md/csv and {len(written)} figure(s) "
-          f"({', '.join(sorted(written))}) written to {args.out}")
+    figs = f"{len(written)} figure(s) ({', '.join(sorted(written))})" if written else "no figure"
+    print(f"{len(table_rows(records))} point(s): tables table.md/csv, tasks.md/csv and {figs} written to {args.out}")
     return 0
 
 

@@ -214,7 +214,7 @@ def test_records_readers_skip_undecodable_lines(tmp_path):
     with pytest.warns(UserWarning, match="skipped 2 undecodable or incomplete line"):
         assert [r["record_id"] for r in read_records(out)] == [r["record_id"] for r in recs]
     res = run_module("analysis", str(out), "--out", str(tmp_path / "a"), "--format", "svg")
-    assert res.code == 0 and "pld" in res.out, res.err
+    assert res.code == 0 and "2 point(s)" in res.out and "pld" in (tmp_path / "a" / "table.md").read_text(), res.err
     res = run_module("ouroboros.specbench", str(out), "--out", str(tmp_path / "s"))
     assert res.code == 0 and "2 answer file(s)" in res.out, res.err
     with warnings.catch_warnings():
