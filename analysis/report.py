@@ -89,6 +89,15 @@ def table_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
     return rows
 
 
+def same_process(base: dict, rec: dict, ids: set[str]) -> bool:
+    """Whether the baseline record's prompts `ids` were timed by the processes that timed `rec`'s (wall-clock
+    records name them; a baseline measured again later may hold other processes' times: then no ratio)."""
+    a, b = base.get("processes"), rec.get("processes")
+    if a is None and b is None:
+        return True     # simulated records (and records older than the process ids)
+    return a is not None and b is not None and all(a.get(k) == b.get(k) for k in ids)
+
+
 def _subset(rec: dict, ids: set[str]) -> RunResult:
     from ouroboros.run import result_from_record
 
@@ -109,7 +118,8 @@ def task_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
         for cat, ps in sorted(cats.items()):
             t = combine_summaries(ps)
             ids = {p["prompt_id"] for p in ps}
-            sp = speedup(_subset(base, ids), _subset(r, ids)) if base is not None else None
+            sp = (speedup(_subset(base, ids), _subset(r, ids)) if base is not None and same_process(base, r, ids)
+                  else None)
             rows.append({"point": r["label"], "category": cat, "model": model_name(r), "dataset": dataset_name(r),
                          "prompts": t["prompts"], "new_tokens": t["new_tokens"],
                          "tokens_per_s": round(t["tokens_per_s"], 2),

@@ -88,3 +88,14 @@ def test_unlike_runs_never_share_a_figure(records):
 def test_cli_error_is_one_line(tmp_path, capsys):
     assert analysis_main([str(tmp_path / "missing.jsonl")]) == 2
     assert capsys.readouterr().err.strip().startswith("error: no records at")
+
+
+def test_per_task_speedups_never_pair_two_processes():
+    """Issue 33: a wall-clock baseline measured again by another process gives an older point no per-task ratio."""
+    from analysis.report import same_process
+
+    base = {"processes": {"a": "p2", "b": "p2"}}
+    assert same_process(base, {"processes": {"a": "p2", "b": "p2"}}, {"a", "b"})
+    assert not same_process(base, {"processes": {"a": "p1", "b": "p2"}}, {"a", "b"})
+    assert same_process(base, {"processes": {"a": "p1", "b": "p2"}}, {"b"})
+    assert not same_process(base, {}, {"a"}) and same_process({}, {}, {"a"})
