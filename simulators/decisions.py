@@ -434,7 +434,7 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
     grids = dict(FIT_GRID)
     if knobs:
         grids = {k: grids[k] for k in knobs}
-    if not has_real_tokenizer(model, opts.get("tokenizer")):
+    if "pieces" in grids and not has_real_tokenizer(model, opts.get("tokenizer")):
         grids["pieces"] = tuple(v for v in grids["pieces"] if v != "real")
         out(f"fit: pieces=real not tried (no tokenizer of {model} here: `python -m ouroboros.fetch` it, or "
             "sim.tokenizer=<dir>)")
