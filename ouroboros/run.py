@@ -305,7 +305,7 @@ def settings_lines(records: list[dict]) -> list[str]:
     if sims:
         lines.append("decisions (simulated points): " + one(lambda r: decisions_text(r) if r.get("decisions") else
                                                             "real"))
-        measured = list(dict.fromkeys(b["measured_by"].split(" (")[0] + f" ({b['commit']})" for r in sims
+        measured = list(dict.fromkeys(b["measured_by"].split(" --")[0] + f", commit {b['commit']}" for r in sims
                                       if (b := r["decisions"].get("band"))))
         lines.append("±: the central 80% of the errors measured for this source and strategy"
                      + (f" ({'; '.join(measured)})" if measured else "") + "; ?: not measured. rank: by speedup, "
