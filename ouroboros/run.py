@@ -435,7 +435,6 @@ class Executor:
     recorded: int = 0           # records appended by this executor (the interrupt message counts them)
     notes: list[str] = field(default_factory=list)   # `note:` lines printed once `check` has passed
     process: str = field(default_factory=lambda: uuid.uuid4().hex[:12])   # this process's id in wall-clock records
-    started: float = field(default_factory=time.time)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _results: dict[str, RunResult] = field(default_factory=dict)   # point_id -> result measured or reloaded
     _kept: dict[str, dict[str, PromptResult]] = field(default_factory=dict)  # point_id -> prompts decoded here
@@ -539,13 +538,13 @@ class Executor:
 
     @contextlib.contextmanager
     def _claim(self, pid: str) -> Iterator[dict | None]:
-        """Hold pid's lock; yields the record another worker finished meanwhile, else None (a point measured again
-        here ignores the records written before this run began)."""
+        """Hold pid's lock; yields the record another worker finished meanwhile, else None. A wall-clock point this
+        process measures again (`_redo`) takes no other process's record: its times would not pair with ours."""
         if self.records is None or not self.resume:
             yield None
             return
         with self.records.claim(pid) as other:
-            yield None if other is not None and pid in self._redo and other.get("time", 0) < self.started else other
+            yield None if pid in self._redo else other
 
     def interleaved(self, run: RunConfig) -> bool:
         if run.serve.concurrency:   # a served point decodes all its requests together
