@@ -444,6 +444,7 @@ class Executor:
     _redo: set[str] = field(default_factory=set)
     _reuse: dict[str, set[str]] = field(default_factory=dict)
     _procs: dict[str, dict[str, str]] = field(default_factory=dict)
+    _planned: set[str] = field(default_factory=set)
 
     def session(self, run: RunConfig) -> Session:
         key = _pair_key(run) + json.dumps(run.dataset, sort_keys=True, default=str)
@@ -491,6 +492,7 @@ class Executor:
         """Which wall-clock points a resumed run may reuse: a recorded point whose every prompt was timed in the
         same process as its baseline's (`paired_processes`); any other is measured again here, and so is its
         baseline (for the prompts it decodes here). Simulated points are deterministic and reused freely."""
+        self._planned.update(p.id for p in points)
         if not self.resume or self.records is None:
             return
         index = self.records.index()
@@ -513,6 +515,8 @@ class Executor:
 
     def run_point(self, point: Point) -> tuple[dict, bool]:
         """(record, measured now?) for `point`, measuring its baseline first when needed."""
+        if point.id not in self._planned:   # a point `check` never saw (the tuner's later stages)
+            self._plan_wall_clock([point])
         done = self._done(point.id)
         if done is not None:
             return done, False
