@@ -451,8 +451,8 @@ def fit_profile(real: dict[str, RealRun], mapper, base: dict[str, Any] | None = 
 # their characters per token, docs/simulator-fidelity.md); the corpus follows the task's kind. surprise_copy stays
 # off (1.0): on, the surrogate predicts at every step to know whether a token surprised it, which made simulations
 # 2.1x slower (the 27-point grid 87.5 s against its 60 s target), and the fit without it reached the same error
-# (2.394 against 2.396 with surprise_copy 0.75 searched; docs/simulator-fidelity.md, session 11). forgive stays off
-# too: searched from the prior it stays at 0 (session 13), and on it makes simulations about 3x slower. recall is off:
+# (2.394 against 2.396 with surprise_copy 0.75 searched; docs/simulator-fidelity.md). forgive stays off too:
+# searched from the prior it stays at 0, and on it makes simulations about 3x slower. recall is off:
 # it needs the text a REST run's target knows (sim.recall_text), which a pair without recordings does not have.
 PRIOR_KNOBS = ("induction", "induction_decay", "p_copy", "p_top", "pos_grain", "choice_ctx", "local_frac",
                "local_ctx", "local_novel", "vocab")

@@ -13,7 +13,7 @@ paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting). Calibrated on 
       the tasks with an SpS figure). The overhead is the run's framework time per forward (kernel launches,
       Python), which the hardware profile already models as forward + layers x layer overhead for BOTH models; a
       task whose vanilla run had less of it (MBPP: 8 ms against 20-25 ms) had less for its draft too. --draft-overhead
-      shared: one draft overhead for all tasks (least squares likewise; the calibration before session 15). Overheads
+      shared: one draft overhead for all tasks (least squares likewise; the earlier calibration). Overheads
       are additive: a 240-token lookahead forward pays the FLOPs of 240 tokens once, plus one overhead (a
       multiplicative scale would wrongly multiply the FLOPs too).
   (2) per task, the surrogate draft's agreement knob so simulated SpS block efficiency equals the published one;
