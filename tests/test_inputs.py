@@ -53,6 +53,20 @@ ROWS = [
     ("ouroboros.run", ["dataset=text", "dataset.path={tmp}/long.txt"],
      "prompt '2' has 6000 tokens, no room in the model context of 4096"),
     ("ouroboros.sweep", ["dataset=text", "dataset.path={tmp}/long.txt", "sweep=single"], "prompt '2' has"),
+    # workloads (docs/workloads.md): their options, and turn-1 answers not built yet
+    ("ouroboros.run", ["dataset=codeedit", "dataset.order=sideways"], "dataset.order must be one of source, grouped"),
+    ("ouroboros.sweep", ["dataset=codeedit", "dataset.order=sideways", "sweep=single"], "dataset.order must be"),
+    ("ouroboros.run", ["dataset=codeedit", "dataset.edits=[bogus]"], "codeedit: unknown edit 'bogus'"),
+    ("ouroboros.run", ["dataset=codeedit", "dataset.edit_seed=x"], "codeedit: edit_seed must be an int"),
+    ("ouroboros.run", ["dataset=selfrefine", "dataset.sources=[gsm8k]"], "selfrefine: unknown source 'gsm8k'"),
+    ("ouroboros.run", ["dataset=selfrefine", "dataset.answer_tokens=0"], "answer_tokens must be an int >= 1"),
+    ("ouroboros.run", ["dataset=selfrefine", "dataset.sources=[humaneval]", "dataset.answers_dir={tmp}/empty"],
+     "build them with `python -m ouroboros.answers`"),
+    ("ouroboros.run", ["dataset=mix", "dataset.parts.codeedit.chat=false"], "sets chat; set dataset.chat on the mix"),
+    ("ouroboros.answers", ["selfrefine"], "expected Hydra overrides (key=value)"),
+    ("ouroboros.answers", ["dataset=codeedit"], "needs no turn-1 answers"),
+    ("ouroboros.answers", ["model=tiny", "dataset=selfrefine", "dataset.sources=[humaneval]"],
+     "model=tiny has no tokenizer"),
     # the simulator: a pair that does not fit says what to type
     ("ouroboros.run", ["hardware=h200"], "use more devices (sim.devices=2 sim.placement=pipeline)"),
     ("ouroboros.run", ["hardware=h200", "sim.devices=2"], "placement 'single' needs devices=1"),
@@ -212,7 +226,7 @@ def test_records_readers_skip_undecodable_lines(tmp_path):
     good = [ln for ln in out.read_bytes().splitlines(keepends=True) if b'"point_id"' in ln]   # the 2 records
     out.write_bytes(good[0] + b"\xff\xfe{not utf-8}\n" + good[1] + b'{"point_id": "torn')
     with pytest.warns(UserWarning, match="skipped 2 undecodable or incomplete line"):
-        assert [r["record_id"] for r in read_records(out)] == [r["record_id"] for r in recs]
+        assert [r["record_id"] for r in read_records(out)] == [r.record_id for r in recs]
     res = run_module("analysis", str(out), "--out", str(tmp_path / "a"), "--format", "svg")
     assert res.code == 0 and "2 point(s)" in res.out and "pld" in (tmp_path / "a" / "table.md").read_text(), res.err
     res = run_module("ouroboros.specbench", str(out), "--out", str(tmp_path / "s"))
@@ -220,7 +234,7 @@ def test_records_readers_skip_undecodable_lines(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         again = sweep_records(out, "sweep=single", "strategy=pld")   # resume: both points already recorded
-    assert [r["record_id"] for r in again] == [r["record_id"] for r in recs]
+    assert [r.record_id for r in again] == [r.record_id for r in recs]
 
 
 def test_specbench_on_an_empty_records_file(tmp_path):
