@@ -35,6 +35,7 @@ from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import load_records
 from ouroboros.paths import check_writable
 from ouroboros.sampling import SamplingConfig
+from ouroboros.serving.load import check_prefill, check_rate, check_shared_pool, check_simulated
 from ouroboros.strategies import check_files, default_params, get_spec, is_peer, make_config
 
 # conf/config.yaml puts runs/conf (your own presets, e.g. the tuner's) on Hydra's search path; where you run without
@@ -301,6 +302,7 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
 
 
 def check_serve(run: RunConfig) -> None:
+    """The serve.* settings (the checks `serve()` itself runs are ouroboros/serving/load.py's, shared)."""
     sv = run.serve
     if sv.concurrency < 0:
         raise OuroborosError(f"serve.concurrency must be >= 0 (0: one request at a time, alone), got {sv.concurrency}")
@@ -308,20 +310,15 @@ def check_serve(run: RunConfig) -> None:
         raise OuroborosError(f"serve.requests must be >= 0 (0: one per prompt), got {sv.requests}")
     if sv.max_draft < 1:
         raise OuroborosError(f"serve.max_draft must be >= 1, got {sv.max_draft}")
-    if sv.prefill not in (None, "batched", "separate"):
-        raise OuroborosError(f"serve.prefill must be batched or separate, got {sv.prefill!r}")
+    check_prefill(sv.prefill)
     if sv.concurrency == 0:
         if sv.rate is not None or sv.load_aware or sv.requests or sv.shared_pool:
             raise OuroborosError("serve.rate, serve.requests, serve.load_aware and serve.shared_pool need "
                                  "serve.concurrency >= 1")
         return
-    if sv.rate is not None and not sv.rate > 0:
-        raise OuroborosError(f"serve.rate must be > 0 requests per second, got {sv.rate}")
+    check_rate(sv.rate)
     kind = run.backend_kind
-    if sv.rate is not None and kind != "sim":
-        raise OuroborosError("serve.rate (open-loop arrivals) needs the simulated clock: backend=sim")
-    if sv.load_aware and kind != "sim":
-        raise OuroborosError("serve.load_aware sizes drafts with the cost model: backend=sim")
+    check_simulated(sv.rate, sv.load_aware, kind == "sim")
     if is_peer(run.strategy.name):
         raise OuroborosError(f"strategy '{run.strategy.name}' is transformers' generate: it cannot join a batch "
                              "(serve.concurrency)")
@@ -330,9 +327,7 @@ def check_serve(run: RunConfig) -> None:
     if sv.prefill == "batched" and kind == "hf":
         raise OuroborosError("serve.prefill=batched is simulated only: on hf each prefill is its own forward "
                              "(serve.prefill=separate)")
-    if sv.shared_pool and not (run.strategy.name == "ouroboros" and run.strategy.params.get("history", True)):
-        raise OuroborosError("serve.shared_pool shares Ouroboros' history pool: it needs strategy=ouroboros with "
-                             "history=true")
+    check_shared_pool(sv.shared_pool, run.strategy.name, run.strategy.params)
     if kind == "sim" and run.sim.get("tokens") == "proxy":
         raise OuroborosError("serve.concurrency on the simulator needs sim.tokens=surrogate, iid or replay")
 

@@ -12,7 +12,9 @@ nodes in ONE forward, so its first prediction is the next token after the commit
 and prediction i + 1 is the next token after draft node i. `commit` keeps the accepted nodes' state, drops the
 rest, and appends the new tokens; `rollback` forgets the last n committed tokens; `append` commits tokens
 without computing them (they become pending). `tree_refusal()` is None when the backend scores any tree
-exactly, else the reason it scores chains only.
+exactly, else the reason it scores chains only. A `Servable` backend can also be copied empty (`fresh()`: one per
+batch slot) and names its kind in the backend registry (ouroboros/backends/registry.py), which says which engine
+runs its batched forwards.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ class Counters:
 
 
 class Clock(Protocol):
+    """Seconds for the loop's timings. `simulated`: modelled seconds, which move only when a forward (or an idle
+    wait) is charged to the clock, so a run may wait for an arrival time that has not come (open-loop serving);
+    False: the wall clock."""
+
+    @property
+    def simulated(self) -> bool: ...
     def now(self) -> float: ...
 
 
@@ -66,6 +74,17 @@ class Backend(Protocol):
     def commit(self, path: list[int], new_tokens: list[int]) -> None: ...
     def rollback(self, n: int) -> None: ...
     def append(self, tokens: list[int]) -> None: ...
+
+
+@runtime_checkable
+class Servable(Backend, Protocol):
+    """A backend batched serving can run on (ouroboros/batch.py): `fresh()` is a new, empty backend on the same
+    model and settings (its own tokens, cache and, when simulated, clock): one per batch slot. `kind` is its
+    backend kind ("hf", "sim"), the key of the backend registry that names its batched-serving engine."""
+
+    @property
+    def kind(self) -> str: ...
+    def fresh(self) -> Servable: ...
 
 
 @dataclass
@@ -100,6 +119,16 @@ class Proposer(Protocol):
     def observe(self, verdict: Verdict, scores: Scores, state: DecodeState) -> None: ...
     def stats(self) -> dict[str, float]: ...  # flat per-prompt counters (strategies/stats.py); no side effects
     def checkpoint(self) -> None: ...          # persist what must outlive the run; the harness calls it per prompt
+
+
+@runtime_checkable
+class SharesPool(Protocol):
+    """A proposer with a phrase pool that other proposers may share (serve.shared_pool: one pool for every batch
+    slot). `pool` is its pool; `use_pool(pool)` points it, and whatever drafts with it inside, at `pool` instead."""
+
+    pool: Any
+
+    def use_pool(self, pool: Any) -> None: ...
 
 
 class Verifier(Protocol):

@@ -14,6 +14,10 @@
 - `ProxyBackend`: any real backend decides the tokens (e.g. a small `hf` pair), the clock charges another
   model's cost (e.g. the large pair on an H100).
 
+The sequence bookkeeping (tokens, cache length, the score -> commit order, rollback) is the core's
+`SequenceBackend`, shared with the hf backend; `fresh()` gives a batch slot its own backend on the same model
+(simulators/serving.py runs them under load).
+
 Knows nothing of strategies, verification or budgets.
 """
 
@@ -22,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ouroboros.backends.base import Backend, BackendWrapper, Counters, OuroborosError, Scores
+from ouroboros.backends.base import BackendWrapper, OuroborosError, Scores, SequenceBackend
+from ouroboros.contracts import Servable
 from ouroboros.draft import Draft
 from simulators.cost_model import CostModel
 from simulators.surrogate import TokenModel
@@ -32,6 +37,7 @@ class SimClock:
     """Modelled seconds. `now()` for the loop; `charge(s)` for backends."""
 
     __slots__ = ("t",)
+    simulated = True
 
     def __init__(self) -> None:
         self.t = 0.0
@@ -130,30 +136,25 @@ for _name in _MATERIALISING:
     setattr(LazyPreds, _name, _materialising(_name))
 
 
-class SimBackend:
+class SimBackend(SequenceBackend):
+    kind = "sim"   # the backend registry's key (ouroboros/backends/registry.py)
+
     def __init__(self, lm: TokenModel, cost: CostModel, clock: SimClock, max_context: int = 4096,
                  name: str = "model"):
+        super().__init__(name, max_context)
         self.lm = lm
         self.cost = cost
         self.clock = clock
-        self.name = name
         self.vocab_size = lm.vocab_size
-        self.max_context = int(max_context)
-        self.tokens: list[int] = []
-        self.cache_len = 0
-        self.counters = Counters()
         self.busy_s = 0.0                        # modelled seconds charged by this backend (prefill included)
         self._states: list[Any] = [lm.start()]   # _states[i] = state of tokens[:i]
         self._scored = LazyPreds(None, [], [], lm.step, lm.predict)  # the last forward's predictions
-        self._scored_pending = 0
-        self._scored_nodes = -1
 
-    def prefill(self, prompt: list[int]) -> None:
-        if len(prompt) == 0:
-            raise OuroborosError("empty prompt: give at least one token")
-        if len(prompt) >= self.max_context:
-            raise OuroborosError(
-                f"prompt of {len(prompt)} tokens does not fit {self.name}'s context of {self.max_context}")
+    def fresh(self) -> SimBackend:
+        """A new, empty backend on the same token source and cost model, with a clock of its own."""
+        return SimBackend(self.lm, self.cost, SimClock(), self.max_context, self.name)
+
+    def _restart(self, prompt: list[int]) -> None:
         step = self.lm.step
         st = self.lm.start()
         states = [st]
@@ -161,35 +162,24 @@ class SimBackend:
             st = step(st, t)
             states.append(st)
         self._states = states
-        self.tokens = list(prompt)
-        self.cache_len = 0
-        self._scored_nodes = -1
-        if len(prompt) > 1:
-            dt = self.cost.forward_s(len(prompt) - 1, 0, logits=1)  # a prefill keeps the last row's logits only
-            self.clock.charge(dt)
-            self.busy_s += dt
-            self.cache_len = len(prompt) - 1
-            self.counters.prefill_tokens += len(prompt) - 1
+
+    def _prefill_forward(self, k: int) -> None:
+        dt = self.cost.forward_s(k, 0, logits=1)  # a prefill keeps the last row's logits only
+        self.clock.charge(dt)
+        self.busy_s += dt
 
     def tree_refusal(self) -> str | None:
         return None  # a surrogate scores any tree
 
     def score(self, draft: Draft, want_logits: bool = False) -> Scores:
-        if self._scored_nodes >= 0:
-            raise RuntimeError("score() called twice without commit()")
-        n_p = len(self.tokens) - self.cache_len
-        if n_p <= 0:
-            raise RuntimeError("no pending token to score from (call prefill first)")
+        n_p = self._pending()
         n = len(draft.tokens)
         preds = LazyPreds(self._states[-1], draft.tokens, draft.parents, self.lm.step, self.lm.predict)
         dt = self.cost.forward_s(n_p + n, self.cache_len, logits=n + 1)  # rows: the root's + one per node
         self.clock.t += dt
         self.busy_s += dt
-        c = self.counters
-        c.forwards += 1
-        c.tokens += n_p + n
+        self._count_score(n_p, n)
         self._scored = preds
-        self._scored_pending, self._scored_nodes = n_p, n
         return Scores(preds=preds, logits=self._one_hot(preds.materialise()) if want_logits else None)
 
     def _one_hot(self, preds: list[int]):
@@ -200,48 +190,41 @@ class SimBackend:
         logits[torch.arange(len(preds)), torch.tensor(preds)] = 0.0
         return logits
 
-    def commit(self, path: list[int], new_tokens: list[int]) -> None:
-        if self._scored_nodes < 0:
-            raise RuntimeError("commit() without a preceding score()")
-        base = self.cache_len + self._scored_pending
-        m = len(path)
+    def _keep(self, path: list[int], base: int, new_tokens: list[int]) -> None:
         states, state = self._states, self._scored.state
         for i in path:
             states.append(state(i))
-        if len(new_tokens) > m:
+        if len(new_tokens) > len(path):
             step, st = self.lm.step, states[-1]
-            for t in new_tokens[m:]:
+            for t in new_tokens[len(path):]:
                 st = step(st, t)
                 states.append(st)
-        self.tokens.extend(new_tokens)
-        self.cache_len = min(base + m, len(self.tokens) - 1)
-        self._scored_nodes = -1
 
-    def rollback(self, n: int) -> None:
-        if n < 0 or n > len(self.tokens) - 1:
-            raise ValueError(f"cannot roll back {n} of {len(self.tokens)} tokens")
-        if n:
-            del self.tokens[len(self.tokens) - n:]
-            del self._states[len(self.tokens) + 1:]
-            if self.cache_len > len(self.tokens) - 1:
-                self.cache_len = len(self.tokens) - 1
+    def _forget(self) -> None:
+        del self._states[len(self.tokens) + 1:]
 
-    def append(self, tokens: list[int]) -> None:
+    def _push(self, tokens: list[int]) -> None:
         step, states = self.lm.step, self._states
         st = states[-1]
         for t in tokens:
             st = step(st, t)
             states.append(st)
-        self.tokens.extend(tokens)
 
 
 class ProxyBackend(BackendWrapper):
     """A real backend decides the tokens; the simulated clock charges `cost` for each of its forwards."""
 
-    def __init__(self, inner: Backend, cost: CostModel, clock: SimClock, name: str = "proxy"):
+    kind = "sim"   # its clock is the simulator's
+
+    def __init__(self, inner: Servable, cost: CostModel, clock: SimClock, name: str = "proxy"):
         super().__init__(inner)
+        self.inner: Servable = inner
         self.cost, self.clock, self.name = cost, clock, name
         self.busy_s = 0.0
+
+    def fresh(self) -> ProxyBackend:
+        """A fresh copy of the real backend under the same cost model, with a clock of its own."""
+        return ProxyBackend(self.inner.fresh(), self.cost, SimClock(), self.name)
 
     def prefill(self, prompt: list[int]) -> None:
         self.inner.prefill(prompt)

@@ -188,7 +188,7 @@ def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:
 def record_batched(args, specs: list[RunSpec], out_dir: str, batches: list[int]) -> None:
     """Real continuous-batching runs: every spec at every B over the same prompts (a short warm-up serve first);
     one line per (run, B) in DIR/batch.jsonl, rewritten after each."""
-    from ouroboros.batch import HFEngine, Load, Request, serve, slot_factory
+    from ouroboros.batch import Load, Request, engine_for, serve, slot_factory
 
     pair, prompts, target, draft = load_real(args)
     reqs = [Request(list(p.ids), args.max_new_tokens, p.id) for p in prompts]
@@ -197,9 +197,10 @@ def record_batched(args, specs: list[RunSpec], out_dir: str, batches: list[int])
     for b in batches:
         for s in specs:
             d = draft if get_spec(s.name).needs_draft_model else None
-            serve([Request(reqs[0].prompt, WARMUP_TOKENS, "warmup")], Load(1), HFEngine(),
+            serve([Request(reqs[0].prompt, WARMUP_TOKENS, "warmup")], Load(1), engine_for(target, "separate"),
                   slot_factory(target, d, s.name, s.params), pair.eos_ids)
-            res = serve(reqs, Load(b), HFEngine(), slot_factory(target, d, s.name, s.params), pair.eos_ids)
+            res = serve(reqs, Load(b), engine_for(target, "separate"), slot_factory(target, d, s.name, s.params),
+                        pair.eos_ids)
             summ = res.summary(Load(b))
             print(f"B={b} {s.label}: {summ['makespan_s']:.1f} s, {summ['throughput_tok_s']:.2f} tok/s "
                   f"(mean batch {summ['mean_batch']:.2f})", flush=True)
@@ -256,7 +257,8 @@ class BatchCompared:
 def replay_batched(out_dir: str, sim_model: str, hardware: str) -> list[BatchCompared]:
     """Each batched real run's decisions (its run's trace) replayed with the same B on the simulator (prefills as
     separate forwards, as the hf backend runs them)."""
-    from ouroboros.batch import Load, Request, SimEngine, serve, slot_factory
+    from ouroboros.batch import Load, Request, serve, slot_factory
+    from simulators.serving import SimEngine
 
     path = os.path.join(out_dir, "batch.jsonl")
     if not os.path.exists(path):

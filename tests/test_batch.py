@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 from reference import reference_greedy
 from strategy_params import PARAMS
 
-from ouroboros.backends.hf import HFBackend, score_batch
-from ouroboros.batch import HFEngine, Load, Request, SimEngine, serve, slot_factory
+from ouroboros.backends.hf import HFBackend, HFEngine, score_batch
+from ouroboros.batch import Load, Request, engine_for, serve, slot_factory
 from ouroboros.contracts import OuroborosError
 from ouroboros.decode import decode
 from ouroboros.draft import Draft
 from ouroboros.strategies import REGISTRY, build_proposer
 from simulators.cost_model import CostModel
+from simulators.serving import SimEngine
 
 
 def _tree() -> Draft:
@@ -182,10 +183,31 @@ def test_bad_loads_are_one_line_errors():
     with pytest.raises(OuroborosError, match="rate must be > 0"):
         Load(rate=0.0)
     target = HFBackend(get_model("llama"))
-    with pytest.raises(OuroborosError, match="need the simulated clock"):
+    with pytest.raises(OuroborosError, match="needs the simulated clock"):
         serve([Request([1, 2], 4, "a")], Load(rate=1.0), HFEngine(), slot_factory(target, None, "vanilla", {}))
     with pytest.raises(OuroborosError, match="load_aware"):
         slot_factory(target, None, "pld", {}, load_aware=True)
+    with pytest.raises(OuroborosError, match="serve.prefill must be batched or separate"):
+        SimEngine("chunky")
+
+
+def test_engines_and_fresh_backends_come_from_the_backend_kind():
+    """engine_for asks the backend registry for the backend's kind; fresh() is an empty backend on the same model
+    with its own clock; a backend that cannot be copied (a plain wrapper) is a one-line error."""
+    from ouroboros.backends.base import BackendWrapper
+
+    target = HFBackend(get_model("llama"))
+    assert type(engine_for(target, "separate")) is HFEngine and not engine_for(target).clock.simulated
+    pair = _sim_pair()
+    eng = engine_for(pair.target, "separate")
+    assert type(eng) is SimEngine and eng.prefill_mode == "separate" and eng.clock.simulated
+    for be in (target, pair.target):
+        be.prefill([1, 2, 3])
+        new = be.fresh()
+        assert type(new) is type(be) and new.tokens == [] and new.max_context == be.max_context
+        assert new.clock is not be.clock or not be.clock.simulated
+    with pytest.raises(OuroborosError, match="not on BackendWrapper"):
+        engine_for(BackendWrapper(target))
 
 
 def test_batch_cost_model():
@@ -224,7 +246,7 @@ def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
     from cli_helper import run_module
 
     from analysis.plots import all_figures
-    from ouroboros.sinks import read_records
+    from ouroboros.sinks import load_records, read_records
 
     out = tmp_path / "r.jsonl"
     res = run_module("ouroboros.sweep", "model=llama70b_7b", "hardware=h100", "sim.devices=2", "sim.placement=tensor",
@@ -248,11 +270,11 @@ def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
     assert recs[3]["serving"]["mean_batch"] > 8            # 20 requests at concurrency 16 overlap
     assert recs[3]["serving"]["makespan_s"] < recs[0]["serving"]["makespan_s"] / 4
     assert "@r1" in recs[0]["prompts"][4]["prompt_id"]     # 20 requests cycle through 4 prompts
-    figs = all_figures(recs)
+    figs = all_figures(load_records(out))
     assert {"speedup_vs_concurrency", "latency_vs_throughput"} <= set(figs)
     from ouroboros.sinks import point_metrics
 
-    m = point_metrics(recs[4])   # what the wandb mirror logs
+    m = point_metrics(load_records(out)[4])   # what the wandb mirror logs
     assert m["serving/throughput_tok_s"] == recs[4]["serving"]["throughput_tok_s"] and "serving/ttft_s_p99" in m
     assert "vanilla [C=1]" in res.out and "p99" in res.out
 
@@ -304,7 +326,13 @@ def test_shared_pool_is_one_pool_and_stays_lossless():
     make = slot_factory(target, draft, "ouroboros", params, shared_pool=True)
     sched = Scheduler(HFEngine())
     a, b = make(sched), make(sched)
-    assert a.proposer.pool is b.proposer.pool and b.proposer._inner.pool is a.proposer.pool
+    assert a.proposer.pool is b.proposer.pool
+    # use_pool reaches the drafter too: its Jacobi window harvests "lookahead" phrases into the shared pool
+    t1, d1, t2, d2 = HFBackend(target_model), HFBackend(draft_model), HFBackend(target_model), HFBackend(draft_model)
+    owner, user = build_proposer("ouroboros", params, t1, d1), build_proposer("ouroboros", params, t2, d2)
+    user.use_pool(owner.pool)
+    decode(t2, user, _pld_prompt(12, 0), 14)
+    assert owner.pool.size_by_source().get("lookahead", 0) > 0
     reqs = [Request(_pld_prompt(4 + 3 * i, i % 2), 14, f"r{i}") for i in range(5)]
     out = serve(reqs, Load(concurrency=3), HFEngine(), slot_factory(target, draft, "ouroboros", params,
                                                                      shared_pool=True)).requests

@@ -17,6 +17,10 @@ causal mask kept as a buffer and applied by a key's index in the input (GPT-Neo'
 type other than full / sliding attention, or a forward that fails on a small tree probe (Falcon with
 ALiBi). Such a model scores chains only; a tree draft is refused with a one-line error, never scored wrongly.
 
+Under load, `score_batch` runs one padded forward over several rows of one model and `HFEngine` is the batched
+serving engine built on it (the backend registry names it for backend=hf). The sequence bookkeeping (tokens, cache
+length, the score -> commit order, rollback) is `SequenceBackend`'s, shared with the simulator's backend.
+
 This module knows nothing of strategies, verification or budgets.
 """
 
@@ -27,7 +31,7 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from ouroboros.backends.base import Counters, OuroborosError, Scores, WallClock
+from ouroboros.backends.base import OuroborosError, Scores, SequenceBackend, WallClock
 from ouroboros.draft import Draft, additive_mask
 
 _LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -59,32 +63,32 @@ def _index_masked(model) -> bool:
     return False
 
 
-class HFBackend:
+class HFBackend(SequenceBackend):
+    kind = "hf"   # the backend registry's key (ouroboros/backends/registry.py)
+
     def __init__(self, model, max_context: int | None = None, name: str = "model"):
         model.eval()
+        ctx = getattr(model.config, "max_position_embeddings", None) or (1 << 30)
+        super().__init__(name, min(ctx, max_context) if max_context else ctx)
         self.model = model
-        self.name = name
         self.config = model.config
         # logits width is what verification indexes; it can exceed the tokenizer's size (padding rows)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        ctx = getattr(model.config, "max_position_embeddings", None) or (1 << 30)
-        self.max_context = int(min(ctx, max_context) if max_context else ctx)
         self.device = model.get_input_embeddings().weight.device
         self.dtype = model.dtype
-        self.tokens: list[int] = []
-        self.cache_len = 0
         self.cache: DynamicCache | None = None
-        self.counters = Counters()
         self.clock = WallClock(cuda=self.device.type == "cuda")
         # transformers >= 5.2x renamed the forward's cache argument; take whichever the stock class has
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._scored_pending = 0   # pending tokens fed in the last score() (draft nodes follow them)
-        self._scored_nodes = -1    # nodes scored in the last score(); -1 = nothing awaits commit
         self._windows = layer_windows(self.config)
         self._has_positions = "position_ids" in params
         self._refusal: str | None = None
         self._probed = False
+
+    def fresh(self) -> HFBackend:
+        """A new, empty backend on the same model (its own tokens and cache): one per batch slot."""
+        return HFBackend(self.model, self.max_context, self.name)
 
     # ------------------------------------------------------------------ capability
     def tree_refusal(self) -> str | None:
@@ -152,30 +156,17 @@ class HFBackend:
         top = torch.topk(logits.float(), 2).values
         return float(top[0] - top[1])
 
-    @torch.inference_mode()
-    def prefill(self, prompt: list[int]) -> None:
-        if len(prompt) == 0:
-            raise OuroborosError("empty prompt: give at least one token")
-        if len(prompt) >= self.max_context:
-            raise OuroborosError(
-                f"prompt of {len(prompt)} tokens does not fit {self.name}'s context of {self.max_context}")
+    def _restart(self, prompt: list[int]) -> None:
         self.cache = DynamicCache()  # full-history layers everywhere (module docstring: local attention)
-        self.tokens = list(prompt)
-        self.cache_len = 0
-        self._scored_nodes = -1
-        if len(prompt) > 1:  # the last prompt token stays pending: the first score() feeds it
-            self._forward(self.tokens[:-1], None, None, keep=1)
-            self.cache_len = len(prompt) - 1
-            self.counters.prefill_tokens += len(prompt) - 1
+
+    @torch.inference_mode()
+    def _prefill_forward(self, k: int) -> None:
+        self._forward(self.tokens[:k], None, None, keep=1)
 
     def _score_inputs(self, draft: Draft) -> tuple[list[int], list[int] | None, int]:
         """(ids, positions or None = plain causal, pending count) of the forward that scores `draft`."""
-        if self._scored_nodes >= 0:
-            raise RuntimeError("score() called twice without commit()")
+        n_p = self._pending()
         pending = self.tokens[self.cache_len:]
-        n_p = len(pending)
-        if n_p == 0:
-            raise RuntimeError("no pending token to score from (call prefill first)")
         if draft.is_chain:
             return pending + draft.tokens, None, n_p
         if self.tree_refusal() is not None:
@@ -185,9 +176,7 @@ class HFBackend:
         return pending + draft.tokens, positions, n_p
 
     def _scored(self, logits, n_p: int, n: int, want_logits: bool) -> Scores:
-        self._scored_pending, self._scored_nodes = n_p, n
-        self.counters.forwards += 1
-        self.counters.tokens += n_p + n
+        self._count_score(n_p, n)
         preds = logits.argmax(-1).tolist()  # the step's one deliberate device sync
         return Scores(preds=preds, logits=logits if want_logits else None)
 
@@ -210,35 +199,18 @@ class HFBackend:
                 layer.values = layer.values[..., :length, :]
 
     @torch.inference_mode()
-    def commit(self, path: list[int], new_tokens: list[int]) -> None:
-        """Keep pending + the accepted nodes `path` (ascending node indices), then append `new_tokens`
-        (the path's tokens, possibly + the bonus token, which stays pending)."""
-        if self._scored_nodes < 0:
-            raise RuntimeError("commit() without a preceding score()")
-        base = self.cache_len + self._scored_pending  # where the draft nodes' KV starts
+    def _keep(self, path: list[int], base: int, new_tokens: list[int]) -> None:
+        """The accepted nodes' KV (base = where the draft nodes' KV starts) moves into place: an in-place copy
+        along the sequence axis when a non-first branch was accepted; `_forget` trims the rest."""
         m = len(path)
-        if path != list(range(m)):  # a non-first branch was accepted: move its KV into place
+        if path != list(range(m)):
             src = torch.tensor([base + p for p in path], dtype=torch.long, device=self.device)  # [m]
             for layer in self._layers():
                 layer.keys[..., base:base + m, :] = layer.keys.index_select(-2, src.to(layer.keys.device))
                 layer.values[..., base:base + m, :] = layer.values.index_select(-2, src.to(layer.values.device))
-        self._trim(base + m)
-        self.tokens.extend(new_tokens)
-        self.cache_len = min(base + m, len(self.tokens) - 1)
+
+    def _forget(self) -> None:
         self._trim(self.cache_len)
-        self._scored_nodes = -1
-
-    def rollback(self, n: int) -> None:
-        if n < 0 or n > len(self.tokens) - 1:
-            raise ValueError(f"cannot roll back {n} of {len(self.tokens)} tokens")
-        if n:
-            del self.tokens[len(self.tokens) - n:]
-            if self.cache_len > len(self.tokens) - 1:
-                self.cache_len = len(self.tokens) - 1
-                self._trim(self.cache_len)
-
-    def append(self, tokens: list[int]) -> None:
-        self.tokens.extend(tokens)
 
 
 @torch.inference_mode()
@@ -305,3 +277,25 @@ def score_batch(backends: list[HFBackend], drafts: list[Draft], want_logits: lis
             b.cache.update(keys[r:r + 1, :, L:L + q], values[r:r + 1, :, L:L + q], li)
         scores.append(b._scored(logits[r, n_p - 1 - first:q - first], n_p, n, wl))
     return scores
+
+
+class HFEngine:
+    """The hf backend's batched-serving engine (ouroboros/serving/scheduler.py `Engine`): one real forward over a
+    batch's rows (`score_batch`), timed by the wall clock; each prefill is its own forward."""
+
+    def __init__(self, cuda: bool = False) -> None:
+        self.clock = WallClock(cuda=cuda)
+
+    @classmethod
+    def for_backend(cls, backend: HFBackend, prefill: str = "separate") -> HFEngine:
+        """The engine for a pair whose target is `backend` (prefills are separate forwards on hf, whatever asked)."""
+        return cls(cuda=backend.device.type == "cuda")
+
+    def forward(self, backends: list[HFBackend], drafts: list[Draft], want: list[bool]) -> list[Scores]:
+        return score_batch(backends, drafts, want)
+
+    def prefill(self, backend: HFBackend, prompt: list[int]) -> None:
+        backend.prefill(prompt)
+
+    def settle(self, backends: list[HFBackend]) -> None:
+        pass

@@ -177,6 +177,10 @@ class LookaheadProposer:
         self._use, self._harvest, self._probes = PoolUse(), Harvest(), 0
         self._output = OutputIndexer(cfg.N - 1) if cfg.output_phrases else None
 
+    def use_pool(self, pool: PhrasePool) -> None:
+        """Draft from and harvest into `pool` instead (contracts.SharesPool)."""
+        self.pool = pool
+
     def begin(self, prompt: list[int]) -> None:
         self._use, self._harvest, self._probes = PoolUse(), Harvest(), 0
         if self.owns_pool:

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.contracts import SharesPool
 from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
 from ouroboros.paths import check_writable
@@ -151,6 +152,12 @@ class OuroborosProposer:
         self._branches: list[list[int]] = []
         self._drafting, self._lengthen, self._harvested = Drafting(), PoolUse(), Harvest()
         self._output = OutputIndexer(cfg.N - 1) if cfg.output_phrases else None
+
+    def use_pool(self, pool: PhrasePool) -> None:
+        """Share `pool` (contracts.SharesPool): lengthening, harvesting and the drafter's window all use it."""
+        self.pool = pool
+        if isinstance(self._inner, SharesPool):
+            self._inner.use_pool(pool)
 
     def begin(self, prompt: list[int]) -> None:
         cfg = self.cfg

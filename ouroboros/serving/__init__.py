@@ -1,0 +1,10 @@
+"""Serving under load, below its entry (`ouroboros/batch.py`: `serve`, `slot_factory`, `engine_for`):
+
+    load.py        Request, Load (closed / open loop), arrivals, Served / ServeResult (the serving metrics) and the
+                   serving checks that config.py and serve() share
+    scheduler.py   the Engine protocol, Row (a request slot's view of a model), Task, the deterministic Scheduler
+    loadaware.py   LoadAware: caps each step's draft depth by expected tokens per batched second
+
+The engines that fire the batched forwards belong to their backends (ouroboros/backends/hf.py `HFEngine`,
+simulators/serving.py `SimEngine`), reached through the backend registry. Knows nothing of Hydra or records.
+"""
