@@ -99,6 +99,7 @@ def edit_request(edit: str, code: str, entry_point: str, rng: random.Random) -> 
     """One edit request on `code` (a HumanEval prompt + its canonical solution); None where the edit has nothing
     to work on (a rename in a function without variables). Golden: rename on "def f(a):\\n    b = a\\n    return
     b\\n" picks `a` or `b` and a new name from NEW_NAMES that the code does not use."""
+    code = code.lstrip("\n")        # some HumanEval prompts open with blank lines
     if edit == "type_hints":
         return EditRequest(edit, "Add type hints to every function parameter and return value in the following "
                                  "Python code. Reply with the complete updated code only.", strip_annotations(code))
