@@ -163,3 +163,23 @@ def test_mtbench_from_the_package(tok):
     assert ps[0].text is not None and ps[0].text.startswith("Compose an engaging travel blog post")
     coding = load_prompts({"kind": "mtbench", "categories": ["coding"]}, tok)
     assert len(coding) == 10
+
+
+def test_order_groups_or_interleaves_the_selected_prompts(tok):
+    base = {"kind": "specbench", "path": SPEC, "chat": False}
+    src = load_prompts(base, tok)
+    cats = [p.category for p in src]
+    grouped = [p.category for p in load_prompts({**base, "order": "grouped"}, tok)]
+    assert sorted(grouped) == sorted(cats)
+    for c in set(cats):                                                 # each category's prompts together
+        at = [i for i, x in enumerate(grouped) if x == c]
+        assert at == list(range(at[0], at[-1] + 1))
+    assert [c for i, c in enumerate(grouped) if c not in grouped[:i]] == [c for i, c in enumerate(cats)
+                                                                          if c not in cats[:i]]   # first appearance
+    a = [p.id for p in load_prompts({**base, "order": "shuffled"}, tok, seed=1)]
+    assert a == [p.id for p in load_prompts({**base, "order": "shuffled"}, tok, seed=1)] != [p.id for p in src]
+    assert sorted(a) == sorted(p.id for p in src)
+    limited = [p.id for p in load_prompts({**base, "limit": 5, "order": "shuffled"}, tok, seed=1)]
+    assert sorted(limited) == sorted(p.id for p in src[:5])              # order rearranges the same selection
+    with pytest.raises(OuroborosError, match="dataset.order must be one of source, grouped, shuffled, got 'x'"):
+        load_prompts({**base, "order": "x"}, tok)
