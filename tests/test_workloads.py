@@ -251,6 +251,11 @@ def test_build_command_end_to_end(tok, tmp_path, monkeypatch):
     assert meta["dtype"] == "float64" and meta["answer_tokens"] == 4 and meta["model"]["target"] == str(model_dir)
     again = run_module("ouroboros.answers", *args)
     assert again.code == 0 and "nothing to decode" in again.out
+    after = run_module("ouroboros.run", *args, "strategy=pld", "max_new_tokens=4", "logger=quiet",
+                       f"out={tmp_path}/r.jsonl", tmp=tmp_path)
+    assert after.code == 0, after.err
+    recs = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [[p["prompt_id"] for p in r["prompts"]] for r in recs] == [["81", "82"]] * 2   # vanilla, pld
 
 
 @pytest.mark.parametrize("args, msg", [
