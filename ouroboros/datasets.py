@@ -506,12 +506,12 @@ def first_turns(source: str) -> list[Question]:
             for r in humaneval_records(None)]
 
 
-def after_first_answer(folder: Path, tokens: int, source: str, q: Question, second: str, rid: str,
-                       category: str, answers: dict[str, str]) -> Record:
+def after_first_answer(folder: Path, tokens: int, source: str, q: Question, second: str,
+                       answers: dict[str, str]) -> Record:
     """[first turn, the model's answer, `second`]; without the answer, a record that awaits it."""
     if q.id in answers:
-        return Record(rid, [q.turns[0], second], [answers[q.id]], category)
-    return Record(rid, [q.turns[0], second], [], category,
+        return Record(q.id, [q.turns[0], second], [answers[q.id]], q.category)
+    return Record(q.id, [q.turns[0], second], [], q.category,
                   awaits=Awaited(str(folder), source, q.id, q.turns[0], tokens))
 
 
@@ -520,7 +520,7 @@ def _mtbench_multiturn(cfg: dict, seed: int) -> list[Record]:
     path = mtbench_file(None)
     questions = pick_categories(read_questions(path), cfg.pop("categories", None), path, "mtbench_multiturn")
     answers = built_answers(folder, "mtbench")
-    return [after_first_answer(folder, tokens, "mtbench", q, q.turns[1], q.id, q.category, answers)
+    return [after_first_answer(folder, tokens, "mtbench", q, q.turns[1], answers)
             for q in questions if len(q.turns) >= 2]
 
 
@@ -530,7 +530,7 @@ def _selfrefine(cfg: dict, seed: int) -> list[Record]:
     out = []
     for source in sources:
         answers = built_answers(folder, source)
-        out += [after_first_answer(folder, tokens, source, q, REFINE[source], q.id, q.category, answers)
+        out += [after_first_answer(folder, tokens, source, q, REFINE[source], answers)
                 for q in first_turns(source)]
     return out
 
