@@ -9,7 +9,7 @@ from analysis.report import table_rows, write_report
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.paths import check_out_dir
-from ouroboros.sinks import read_sweep_records
+from ouroboros.sinks import load_sweep_records
 
 
 @cli
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--format", nargs="+", default=["png", "svg"], choices=["png", "svg", "pdf"])
     args = ap.parse_args(argv)
     check_out_dir(args.out, "--out")
-    records = read_sweep_records(args.records)
+    records = load_sweep_records(args.records)
     if not records:
         raise OuroborosError(f"no records in {args.records!r}")
     written = write_report(records, args.out, args.format)

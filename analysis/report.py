@@ -1,5 +1,5 @@
-"""Tables and the report from JSONL records (ouroboros.sinks.read_records). Never re-measures: every number
-is read from a record, re-aggregated only through ouroboros.metrics (speedup, combine_summaries).
+"""Tables and the report from JSONL records (typed `Record`s: ouroboros.sinks.load_records). Never re-measures:
+every number is read from a record, re-aggregated only through ouroboros.metrics (speedup, combine_summaries).
 
 `write_report(records, out)` writes:
   table.md / table.csv     one row per point (latest record per point_id): tok/s, speedup, eta, A, #Match
@@ -20,107 +20,94 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.metrics import RunResult, combine_summaries, speedup
+from ouroboros.record import Record
 from ouroboros.sinks import band_text
 
 COLUMNS = ("point", "sweep", "model", "dataset", "backend", "prompts", "new_tokens", "seconds", "tokens_per_s",
            "speedup", "speedup_specbench", "block_efficiency", "accepted_length", "match_per_forward", "identical")
 
 
-def latest(records: Sequence[dict]) -> list[dict]:
+def latest(records: Sequence[Record]) -> list[Record]:
     """One record per (point_id, sweep) (the latest), in first-seen order: a point two sweeps share (see
-    ouroboros.sinks.read_sweep_records) stays in both."""
-    order: dict[tuple[str, Any], dict] = {}
+    ouroboros.sinks.load_sweep_records) stays in both."""
+    order: dict[tuple[str, Any], Record] = {}
     for r in records:
-        key = (r["point_id"], r.get("sweep"))
+        key = (r.point_id, r.sweep)
         prev = order.get(key)
-        if prev is None or r.get("time", 0) >= prev.get("time", 0):
+        if prev is None or r.time >= prev.time:
             order[key] = r
     return list(order.values())
 
 
-def model_name(rec: dict) -> str:
-    m = rec["config"]["model"]
-    return str(m.get("name") or m.get("kind") or "?")
-
-
-def dataset_name(rec: dict) -> str:
-    d = rec["config"]["dataset"]
-    return str(d.get("name") or d.get("kind") or "?")
-
-
-def hardware_name(rec: dict) -> str:
+def hardware_name(rec: Record) -> str:
     """'a800x2 pipeline x2' (simulated: profile, placement, devices) or the CPU / GPU the wall clock ran on."""
-    hw = rec.get("hardware") or {}
-    if rec.get("backend") == "sim":
+    hw = rec.hardware or {}
+    if rec.backend == "sim":
         return f"{hw.get('name')} {hw.get('placement')} x{hw.get('devices')}"
     return ", ".join(hw.get("gpus") or []) or str(hw.get("cpu") or hw.get("machine") or "")
 
 
-def budget(rec: dict) -> str:
+def budget(rec: Record) -> str:
     """The new-token budget of the record's prompts ('512', or '64-512' when it differs by prompt)."""
-    b = rec.get("max_new_tokens", rec.get("config", {}).get("max_new_tokens"))
+    b = rec.budget
     return f"{min(b)}-{max(b)}" if isinstance(b, list) else str(b)
 
 
-def table_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
+def table_rows(records: Sequence[Record]) -> list[dict[str, Any]]:
     rows = []
     for r in latest(records):
-        t = r["totals"]
-        sv = r.get("serving")   # served points: makespan and throughput (ouroboros/batch.py)
-        secs, rate = (sv["makespan_s"], sv["throughput_tok_s"]) if sv else (t["elapsed_s"], t["tokens_per_s"])
-        rows.append({"point": r["label"], "sweep": r.get("sweep", ""), "model": model_name(r),
-                     "dataset": dataset_name(r), "backend": r.get("backend", ""), "hardware": hardware_name(r),
+        t = r.totals
+        sv = r.serving   # served points: makespan and throughput (ouroboros/batch.py)
+        rows.append({"point": r.label, "sweep": r.sweep, "model": r.model_name,
+                     "dataset": r.dataset_name, "backend": r.backend, "hardware": hardware_name(r),
                      "max_new_tokens": budget(r), "prompts": t["prompts"],
-                     "new_tokens": t["new_tokens"], "seconds": round(secs, 4),
-                     "tokens_per_s": round(rate, 2),
+                     "new_tokens": t["new_tokens"], "seconds": round(r.seconds, 4),
+                     "tokens_per_s": round(r.rate, 2),
                      "concurrency": sv["concurrency"] if sv else None,
                      "latency_p50_s": round(sv["latency_s_p50"], 4) if sv else None,
                      "latency_p99_s": round(sv["latency_s_p99"], 4) if sv else None,
-                     "speedup": None if r.get("speedup") is None else round(r["speedup"], 3),
-                     "speedup_specbench": (None if r.get("speedup_specbench") is None
-                                           else round(r["speedup_specbench"], 3)),
+                     "speedup": None if r.speedup is None else round(r.speedup, 3),
+                     "speedup_specbench": None if r.speedup_specbench is None else round(r.speedup_specbench, 3),
                      "block_efficiency": round(t["block_efficiency"], 3),
                      "accepted_length": round(t["accepted_length"], 3),
                      "match_per_forward": round(t["match_per_forward"], 3),
-                     "identical": r.get("identical_to_baseline") or ("sampled" if r.get("sampled") else None),
-                     "decisions": (r.get("decisions") or {}).get("label", "real" if r.get("backend") != "sim"
-                                                                   else "unstated (an older record)"),
+                     "identical": r.identical_to_baseline or ("sampled" if r.sampled else None),
+                     "decisions": (r.decisions or {}).get("label", "real" if r.backend != "sim"
+                                                          else "unstated (an older record)"),
                      "band_speedup": band_text(r, "speedup"), "band_eta": band_text(r, "block_efficiency")})
     return rows
 
 
-def same_process(base: dict, rec: dict, ids: set[str]) -> bool:
+def same_process(base: Record, rec: Record, ids: set[str]) -> bool:
     """Whether the baseline record's prompts `ids` were timed by the processes that timed `rec`'s (wall-clock
     records name them; a baseline measured again later may hold other processes' times: then no ratio)."""
-    a, b = base.get("processes"), rec.get("processes")
+    a, b = base.processes, rec.processes
     if a is None and b is None:
         return True     # simulated records (and records older than the process ids)
     return a is not None and b is not None and all(a.get(k) == b.get(k) for k in ids)
 
 
-def _subset(rec: dict, ids: set[str]) -> RunResult:
-    from ouroboros.run import result_from_record
-
-    rr = result_from_record(rec)
+def _subset(rec: Record, ids: set[str]) -> RunResult:
+    rr = rec.result()
     return RunResult(rr.strategy, [p for p in rr.prompts if p.prompt_id in ids])
 
 
-def task_rows(records: Sequence[dict]) -> list[dict[str, Any]]:
+def task_rows(records: Sequence[Record]) -> list[dict[str, Any]]:
     """Per point and prompt category; speedup against the point's baseline record on the same prompts."""
     recs = latest(records)
-    by_id = {r["point_id"]: r for r in recs}
+    by_id = {r.point_id: r for r in recs}
     rows = []
     for r in recs:
         cats: dict[str, list[dict]] = {}
-        for p in r["prompts"]:
+        for p in r.prompts:
             cats.setdefault(p.get("category") or "-", []).append(p)
-        base = by_id.get(r.get("baseline_id") or "")
+        base = by_id.get(r.baseline_id or "")
         for cat, ps in sorted(cats.items()):
             t = combine_summaries(ps)
             ids = {p["prompt_id"] for p in ps}
             sp = (speedup(_subset(base, ids), _subset(r, ids)) if base is not None and same_process(base, r, ids)
                   else None)
-            rows.append({"point": r["label"], "category": cat, "model": model_name(r), "dataset": dataset_name(r),
+            rows.append({"point": r.label, "category": cat, "model": r.model_name, "dataset": r.dataset_name,
                          "prompts": t["prompts"], "new_tokens": t["new_tokens"],
                          "tokens_per_s": round(t["tokens_per_s"], 2),
                          "speedup": None if sp is None else round(sp, 3),
@@ -149,7 +136,8 @@ def to_csv(rows: Sequence[dict]) -> str:
     return buf.getvalue()
 
 
-def write_report(records: Sequence[dict], out: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, Path]:
+def write_report(records: Sequence[Record], out: str | Path,
+                 formats: Sequence[str] = ("png", "svg")) -> dict[str, Path]:
     """Write tables and figures under `out`; returns {figure name: PNG path} (for wandb media)."""
     from analysis import plots
 

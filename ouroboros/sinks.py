@@ -1,4 +1,4 @@
-"""Sinks: they only WRITE records computed elsewhere (ouroboros.metrics via ouroboros.run.make_record).
+"""Sinks: they only WRITE records computed elsewhere (ouroboros.metrics via ouroboros.point.make_record).
 
 - `RecordFile`: the JSONL record file (one JSON object per line, one line per point). Appends are atomic:
   one `os.write` of the whole line under an exclusive flock, then fsync; a line torn by a kill mid-write is
@@ -9,7 +9,8 @@
 - `WandbMirror`: mirrors each record to a wandb run (offline by default: no network, no account; `disabled`
   for tests), and a sweep's table and plots to one summary run.
 - `summary_line`: the console line printed when a point finishes.
-- `read_records` / `read_wandb_run`: readers for analysis, tests and reports.
+- `load_records` / `load_sweep_records`: typed `Record`s (ouroboros.record) for analysis, reports and tests;
+  `read_records`: the same lines as plain JSON objects; `read_wandb_run`: an offline wandb run read back.
 
 Knows nothing of models, strategies or Hydra.
 """
@@ -28,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.metrics import pool_rates
-
-SCHEMA_VERSION = 1
+from ouroboros.record import Record
 
 
 # ----------------------------------------------------------------------------------------------- JSONL records
@@ -55,19 +55,25 @@ def read_records(path: str | os.PathLike) -> list[dict]:
     return [r for r in _read_lines(path) if "point_id" in r]
 
 
-def read_sweep_records(path: str | os.PathLike) -> list[dict]:
-    """`read_records`, plus for every sweep manifest (`sweep_manifest`) that names a point recorded under another
+def load_records(path: str | os.PathLike) -> list[Record]:
+    """`read_records` as typed records."""
+    return [Record.from_json(r) for r in read_records(path)]
+
+
+def load_sweep_records(path: str | os.PathLike) -> list[Record]:
+    """`load_records`, plus for every sweep manifest (`sweep_manifest`) that names a point recorded under another
     sweep, a copy of that record under the manifest's sweep and label: a point two sweeps share (measured once,
     resumed by the second) shows in both sweeps' tables and plots."""
     lines = _read_lines(path)
-    records = [r for r in lines if "point_id" in r]
-    latest = {r["point_id"]: r for r in records}
-    seen = {(r["point_id"], r.get("sweep")) for r in records}
+    records = [Record.from_json(r) for r in lines if "point_id" in r]
+    latest = {r.point_id: r for r in records}
+    seen = {(r.point_id, r.sweep) for r in records}
     for m in (x for x in lines if x.get("kind") == "sweep_manifest"):
+        sweep = str(m.get("sweep") or "")
         for pid, label in m.get("points", []):
-            if pid in latest and (pid, m.get("sweep")) not in seen:
-                records.append({**latest[pid], "sweep": m.get("sweep"), "label": label})
-                seen.add((pid, m.get("sweep")))
+            if pid in latest and (pid, sweep) not in seen:
+                records.append(latest[pid].named(label, sweep))
+                seen.add((pid, sweep))
     return records
 
 
@@ -190,36 +196,35 @@ def _json_default(o: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------- console
-def band_text(rec: dict, metric: str) -> str | None:
+def band_text(rec: Record, metric: str) -> str | None:
     """'±24%' (a simulated record's measured error band of `metric`), '?' (simulated, unmeasured) or None (a real
     measurement: no band)."""
-    d = rec.get("decisions")
-    if d is None:
+    if rec.decisions is None:
         return None
-    b = (d.get("band") or {}).get(metric)
+    b = rec.band(metric)
     return "?" if b is None else f"±{b:.0%}"
 
 
-def summary_line(rec: dict, done: int | None = None, total: int | None = None) -> str:
-    t = rec["totals"]
-    sp = rec.get("speedup")
+def summary_line(rec: Record, done: int | None = None, total: int | None = None) -> str:
+    t = rec.totals
+    sp = rec.speedup
     head = f"[{done}/{total}] " if done is not None else ""
-    same = rec.get("identical_to_baseline")
-    tail = f", identical {same}" if same else (", sampled: outputs not compared" if rec.get("sampled") else "")
-    clock = "modelled" if rec.get("backend") == "sim" else "wall"
-    sv = rec.get("serving")
+    same = rec.identical_to_baseline
+    tail = f", identical {same}" if same else (", sampled: outputs not compared" if rec.sampled else "")
+    clock = rec.clock
+    sv = rec.serving
     if sv:
-        return (f"{head}{rec['label']} @ concurrency {sv['concurrency']}: {sv['throughput_tok_s']:.1f} tok/s "
+        return (f"{head}{rec.label} @ concurrency {sv['concurrency']}: {sv['throughput_tok_s']:.1f} tok/s "
                 f"(mean batch {sv['mean_batch']:.1f}), speedup {'-' if sp is None else f'{sp:.2f}x'}, latency p50 "
                 f"{sv['latency_s_p50']:.2f} / p99 {sv['latency_s_p99']:.2f} {clock} s, eta {t['block_efficiency']:.2f}"
                 f", {sv['requests']} requests{tail}")
-    d = rec.get("decisions")
+    d = rec.decisions
 
     def pm(metric: str) -> str:   # a simulated figure's measured band
         return "" if d is None else f" {band_text(rec, metric)}"
 
     src = f" [decisions: {d['label']}]" if d else ""
-    return (f"{head}{rec['label']}: {t['tokens_per_s']:.1f} tok/s, speedup "
+    return (f"{head}{rec.label}: {t['tokens_per_s']:.1f} tok/s, speedup "
             f"{'-' if sp is None else f'{sp:.2f}x'}{pm('speedup')}, eta {t['block_efficiency']:.2f}"
             f"{pm('block_efficiency')}, A {t['accepted_length']:.2f}, #Match {t['match_per_forward']:.2f}, "
             f"{t['new_tokens']} tokens in "
@@ -227,20 +232,20 @@ def summary_line(rec: dict, done: int | None = None, total: int | None = None) -
 
 
 # ----------------------------------------------------------------------------------------------- wandb
-def point_metrics(rec: dict) -> dict[str, float]:
+def point_metrics(rec: Record) -> dict[str, float]:
     """The scalar metrics a record carries, flattened for wandb (names: group/metric)."""
-    t = rec["totals"]
+    t = rec.totals
     m: dict[str, float] = {k: t[k] for k in ("tokens_per_s", "mean_tokens_per_s", "new_tokens", "elapsed_s",
                                               "block_efficiency", "accepted_length", "match_per_forward",
                                               "target_forwards", "draft_forwards", "draft_tokens")}
-    for k, v in (((rec.get("decisions") or {}).get("band")) or {}).items():
+    for k, v in ((rec.decisions or {}).get("band") or {}).items():
         if isinstance(v, (int, float)) and k != "cells":
             m[f"band/{k}"] = v
-    if rec.get("speedup") is not None:
-        m["speedup"] = rec["speedup"]
-    if rec.get("speedup_specbench") is not None:
-        m["speedup_specbench"] = rec["speedup_specbench"]
-    for k, v in (rec.get("serving") or {}).items():
+    if rec.speedup is not None:
+        m["speedup"] = rec.speedup
+    if rec.speedup_specbench is not None:
+        m["speedup_specbench"] = rec.speedup_specbench
+    for k, v in (rec.serving or {}).items():
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             m[f"serving/{k}"] = v
     for k in ("draft_s", "verify_s", "other_s", "prefill_s"):
@@ -278,15 +283,15 @@ class WandbMirror:
                           name=name, job_type=job_type, config=config, tags=self.tags, reinit="finish_previous",
                           settings=wandb.Settings(silent=True, console="off", save_code=False))
 
-    def log_point(self, rec: dict) -> str | None:
+    def log_point(self, rec: Record) -> str | None:
         if not self.enabled:
             return None
         import wandb
 
-        run = self._init(rec["label"], {**rec["config"], "point_id": rec["point_id"],
-                                        **({"decisions": rec["decisions"]} if rec.get("decisions") else {})}, "point")
+        run = self._init(rec.label, {**rec.config, "point_id": rec.point_id,
+                                     **({"decisions": rec.decisions} if rec.decisions else {})}, "point")
         try:
-            t = rec["totals"]
+            t = rec.totals
             run.define_metric("position")
             run.define_metric("acceptance/*", step_metric="position")
             run.define_metric("prompt_index")
@@ -294,7 +299,7 @@ class WandbMirror:
             for i, (p, a) in enumerate(zip(t["position_proposed"], t["position_accepted"], strict=True)):
                 run.log({"position": i + 1, "acceptance/proposed": p, "acceptance/accepted": a,
                          "acceptance/rate": a / p if p else 0.0})
-            for i, pr in enumerate(rec["prompts"]):
+            for i, pr in enumerate(rec.prompts):
                 row: dict[str, Any] = {"prompt_index": i, "prompt/tokens_per_s": pr["tokens_per_s"],
                                        "prompt/block_efficiency": pr["block_efficiency"]}
                 row.update({f"prompt/{k}": v for k, v in pr.get("proposer_stats", {}).items()

@@ -26,6 +26,7 @@ from pathlib import Path
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.datasets import read_jsonl
+from ouroboros.record import Record
 
 
 @dataclass
@@ -54,34 +55,33 @@ def _qid(prompt_id: str) -> int | str:
     return int(prompt_id) if prompt_id.lstrip("-").isdigit() else prompt_id
 
 
-def answers(rec: dict, model_id: str) -> list[dict]:
+def answers(rec: Record, model_id: str) -> list[dict]:
     """One Spec-Bench answer line per prompt of a record, sorted by question id."""
-    clock = "modelled" if rec.get("backend") == "sim" else "wall"
     lines = []
-    for p in rec["prompts"]:
+    for p in rec.prompts:
         if "accept_lengths" not in p:
-            raise OuroborosError(f"record {rec['point_id']} has no per-step accept lengths (written before schema 1?)")
+            raise OuroborosError(f"record {rec.point_id} has no per-step accept lengths (written before schema 1?)")
         choice = {"index": 0, "turns": [p.get("text") or " ".join(map(str, p["output"]))],
                   "decoding_steps": [p["target_forwards"]], "new_tokens": [p["new_tokens"]],
                   "wall_time": [p["elapsed_s"]], "accept_lengths": list(p["accept_lengths"])}
         lines.append({"question_id": _qid(p["prompt_id"]), "category": p.get("category", ""),
-                      "answer_id": f"{rec['record_id'][:12]}-{p['prompt_id']}", "model_id": model_id,
-                      "choices": [choice], "tstamp": rec["time"], "clock": clock})
+                      "answer_id": f"{rec.record_id[:12]}-{p['prompt_id']}", "model_id": model_id,
+                      "choices": [choice], "tstamp": rec.time, "clock": rec.clock})
     return sorted(lines, key=lambda a: (str(type(a["question_id"])), a["question_id"]))
 
 
-def write_answers(records: list[dict], out: str | Path, model_id: str | None = None) -> list[Path]:
+def write_answers(records: list[Record], out: str | Path, model_id: str | None = None) -> list[Path]:
     """One answer file per point (latest record per point_id): <out>/<model_id>-<label>.jsonl."""
     from analysis.plots import slug
-    from analysis.report import latest, model_name
+    from analysis.report import latest
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for rec in latest(records):
-        mid = model_id or model_name(rec)
-        path = out / f"{slug(mid)}-{slug(rec['label'])}.jsonl"
-        path.write_text("".join(json.dumps(a) + "\n" for a in answers(rec, f"{mid}-{rec['label']}")))
+        mid = model_id or rec.model_name
+        path = out / f"{slug(mid)}-{slug(rec.label)}.jsonl"
+        path.write_text("".join(json.dumps(a) + "\n" for a in answers(rec, f"{mid}-{rec.label}")))
         paths.append(path)
     return paths
 
@@ -95,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-id", default=None, help="model_id prefix (default: the model config's name)")
     args = ap.parse_args(argv)
     from ouroboros.paths import check_out_dir
-    from ouroboros.sinks import read_records
+    from ouroboros.sinks import load_records
 
     check_out_dir(args.out, "--out")
-    records = read_records(args.records)
+    records = load_records(args.records)
     if not records:
         raise OuroborosError(f"no records in {args.records!r}")
     paths = write_answers(records, args.out, args.model_id)

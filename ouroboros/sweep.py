@@ -33,21 +33,15 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.cli import entry, hydra_cli, is_late
 from ouroboros.config import RunConfig, SweepConfig, apply_explicit, explicit_notices, override_key, validate
-from ouroboros.run import (
-    Executor,
-    Point,
-    counted,
-    entry,
-    format_table,
-    hydra_cli,
-    interrupts_deferred,
-    is_late,
-    label_of,
-    make_executor,
-)
-from ouroboros.sinks import RecordFile, summary_line, sweep_manifest
+from ouroboros.executor import Executor, make_executor
+from ouroboros.interrupts import counted, interrupts_deferred
+from ouroboros.point import Point, label_of
+from ouroboros.record import Record
+from ouroboros.sinks import load_records, summary_line
 from ouroboros.strategies import REGISTRY, field_types
+from ouroboros.table import format_table
 
 GROUPS = ("model", "strategy", "dataset", "backend", "hardware", "logger", "sweep")
 
@@ -195,7 +189,7 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
     return out
 
 
-def run_points(points: list[Point], ex: Executor) -> list[dict]:
+def run_points(points: list[Point], ex: Executor) -> list[Record]:
     records, measured = [], 0
     ex.check(points)
     ex.interleave(points)   # real backends: every point's prompts first, prompt by prompt in turn
@@ -203,7 +197,7 @@ def run_points(points: list[Point], ex: Executor) -> list[dict]:
     for i, p in enumerate(bar, 1):
         rec, now = ex.run_point(p)
         if not now:
-            rec = {**rec, "label": p.label, "sweep": ex.sweep}  # the same measurement, named as in this sweep
+            rec = rec.named(p.label, ex.sweep)  # the same measurement, named as in this sweep
         measured += now
         if not now and ex.console:
             tqdm.write(f"[{i}/{len(points)}] {p.label}: already recorded (point {p.id}), skipped")
@@ -215,7 +209,7 @@ def run_points(points: list[Point], ex: Executor) -> list[dict]:
     return records
 
 
-def sweep_main(cfg: DictConfig) -> list[dict]:
+def sweep_main(cfg: DictConfig) -> list[Record]:
     sets_serve = any(override_key(o).startswith("serve.") for o in list(cfg.sweep.grid) + list(cfg.sweep.base)
                      + [o for p in cfg.sweep.points for o in p.overrides])
     hc = HydraConfig.get()
@@ -238,10 +232,10 @@ def sweep_main(cfg: DictConfig) -> list[dict]:
     ex.on_record = None  # run_points prints the summary line
     with counted(ex):   # a Ctrl-C anywhere from here on: "interrupted: N points recorded"
         records = run_points(points, ex)
-        if ex.records is not None and records:
-            ex.records.append(sweep_manifest(ex.sweep, [(r["point_id"], r["label"]) for r in records]))
+        if records:
+            ex.store.save_manifest(ex.sweep, [(r.point_id, r.label) for r in records])
         if multirun:    # one table and one summary wandb run for the whole -m run: MultirunTable, at its end
-            Path(hc.runtime.output_dir, "points.json").write_text(json.dumps([r["point_id"] for r in records]))
+            Path(hc.runtime.output_dir, "points.json").write_text(json.dumps([r.point_id for r in records]))
             return records
         print(format_table(records))
         if run.out:
@@ -263,7 +257,7 @@ def custom_name(sweep: SweepConfig) -> str:
     return "custom-" + hashlib.sha1(key.encode()).hexdigest()[:6]
 
 
-def log_sweep_media(run: RunConfig, records: list[dict], ex: Executor) -> None:
+def log_sweep_media(run: RunConfig, records: list[Record], ex: Executor) -> None:
     """The sweep's table and speedup plot, as media of one summary wandb run."""
     assert ex.mirror is not None
     from analysis.report import table_rows, write_report
@@ -298,7 +292,7 @@ class MultirunTable(Callback):
         for f in sorted(Path(config.hydra.sweep.dir).glob("*/points.json"), key=lambda p: int(p.parent.name)
                         if p.parent.name.isdigit() else 0):
             ids += [i for i in json.loads(f.read_text()) if i not in ids]
-        index = RecordFile(out).index()
+        index = {r.point_id: r for r in load_records(out)}
         records = [index[i] for i in ids if i in index]
         if not records:
             return
@@ -308,7 +302,7 @@ class MultirunTable(Callback):
         entry(lambda: self._summary_run(config, records))
 
     @staticmethod
-    def _summary_run(config: DictConfig, records: list[dict]) -> None:
+    def _summary_run(config: DictConfig, records: list[Record]) -> None:
         """One summary wandb run (table + plots) for every point of the -m run."""
         from hydra.core.override_parser.overrides_parser import OverridesParser
 

@@ -3,7 +3,7 @@ paper's hyper-parameter heuristic (arXiv 2402.13720, Algorithm 1): search gamma 
 then W, then beta (level N) and K, each stage at the best values found so far; write the chosen settings as a
 strategy YAML (conf/strategy/ format: name + params) that `strategy=...` can load.
 
-Works on either backend; every evaluation is a sweep point (ouroboros.run.Executor), so it is recorded in the
+Works on either backend; every evaluation is a sweep point (ouroboros.executor.Executor), so it is recorded in the
 JSONL file, mirrored, and skipped on a rerun (a killed tuning run resumes). Deviation from the paper: the score
 is `tune.metric` from the records (tokens/s by default, equivalent to speedup on one prompt set).
 """
@@ -19,21 +19,16 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.cli import entry, explicit_run, hydra_cli
 from ouroboros.config import RunConfig, StrategyConfig, strategy_params, validate
+from ouroboros.executor import Executor, make_executor
+from ouroboros.interrupts import counted
 from ouroboros.metrics import PromptResult, RunResult
 from ouroboros.paths import check_writable
-from ouroboros.run import (
-    Executor,
-    Point,
-    counted,
-    entry,
-    explicit_run,
-    format_table,
-    hydra_cli,
-    label_of,
-    make_executor,
-)
+from ouroboros.point import Point, label_of
+from ouroboros.record import Record
 from ouroboros.strategies import check_type, field_types
+from ouroboros.table import format_table
 
 
 @dataclass
@@ -92,14 +87,14 @@ def with_params(run: RunConfig, params: dict[str, Any]) -> RunConfig:
     return validate(dataclasses.replace(run, strategy=StrategyConfig(run.strategy.name, dict(params))))
 
 
-def tune(run: RunConfig, ex: Executor) -> tuple[dict[str, Any], list[dict]]:
+def tune(run: RunConfig, ex: Executor) -> tuple[dict[str, Any], list[Record]]:
     """Returns (chosen params, every record evaluated, in order)."""
     stages, skipped = parse_stages(list(run.tune.stages), run.strategy.name)
     if skipped:
         print(f"tune: '{run.strategy.name}' has no {', '.join(skipped)}: stage(s) skipped")
     params = strategy_params(run.strategy.name, run.strategy.params)
     metric = run.tune.metric
-    history: list[dict] = []
+    history: list[Record] = []
     for stage in stages:
         tried = []
         for v in stage.values:
@@ -114,7 +109,7 @@ def tune(run: RunConfig, ex: Executor) -> tuple[dict[str, Any], list[dict]]:
                 continue
             rec, _ = ex.run_point(Point(point_run, label_of(point_run)))
             history.append(rec)
-            tried.append((rec["totals"][metric], v, cand))
+            tried.append((rec.totals[metric], v, cand))
         if not tried:
             raise OuroborosError(f"tune: every value of {stage.param} was rejected")
         best = max(tried, key=lambda t: t[0])
@@ -124,18 +119,18 @@ def tune(run: RunConfig, ex: Executor) -> tuple[dict[str, Any], list[dict]]:
     return params, history
 
 
-def write_strategy_yaml(path: str | Path, run: RunConfig, params: dict[str, Any], best: dict) -> Path:
+def write_strategy_yaml(path: str | Path, run: RunConfig, params: dict[str, Any], best: Record) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    t = best["totals"]
-    sp = best.get("speedup")
+    t = best.totals
+    sp = best.speedup
     model = run.model.get("name") or run.model.get("kind")
     data = run.dataset.get("name") or run.dataset.get("kind")
     head = (f"# Chosen by `python -m ouroboros.tune` (the paper's Algorithm 1) for model {model}, dataset {data}, "
             f"backend {run.backend_kind}"
             f"{' on ' + str((run.hardware or {}).get('name')) if run.backend_kind == 'sim' else ''}, "
             f"max_new_tokens {run.max_new_tokens}:\n# {t['tokens_per_s']:.2f} tok/s"
-            f"{f', {sp:.2f}x vanilla' if sp is not None else ''} (point {best['point_id']}).\n")
+            f"{f', {sp:.2f}x vanilla' if sp is not None else ''} (point {best.point_id}).\n")
     body = OmegaConf.to_yaml({"name": run.strategy.name, "params": params})
     path.write_text(head + body)
     return path
@@ -162,8 +157,8 @@ def tune_main(cfg: DictConfig) -> dict[str, Any]:
     ex.check([Point(run, label_of(run))])   # the pair loads (and its notes print) before the first point
     with counted(ex):
         params, history = tune(run, ex)
-    best = next(r for r in reversed(history) if r["params"] == params)
-    print(format_table(list({r["point_id"]: r for r in history}.values())))   # a point the stages revisit: once
+    best = next(r for r in reversed(history) if r.params == params)
+    print(format_table(list({r.point_id: r for r in history}.values())))   # a point the stages revisit: once
     path = write_strategy_yaml(run.tune.out, run, params, best)
     changed = {k: v for k, v in params.items() if strategy_params(run.strategy.name).get(k) != v}
     print(f"chosen: {changed or 'the defaults'}; written to {path}; {preset_hint(path)}")

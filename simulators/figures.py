@@ -160,26 +160,26 @@ def load_tasks(path: str | Path) -> tuple[tuple[Task, ...], str]:
 def records_task(path: str, model: str, task: str, hardware: str, corpus: str | None) -> Task:
     """One task from a real run's records: the latest speculative point on backend hf and the vanilla point it
     was measured against (token/s of both, SpS block efficiency, its gamma / schedule, budget and prompt lengths)."""
-    from ouroboros.sinks import read_records
+    from ouroboros.sinks import load_records
 
     if not Path(path).exists():
         raise OuroborosError(f"--records {path!r} does not exist")
-    recs = [r for r in read_records(path) if r.get("backend") == "hf"]
-    by_id = {r["point_id"]: r for r in recs}
-    sps = [r for r in recs if r["strategy"] == "speculative" and r.get("baseline_id") in by_id
-           and by_id[r["baseline_id"]]["strategy"] == "vanilla"
-           and not (r["config"].get("sampling") or {}).get("temperature")]
+    recs = [r for r in load_records(path) if r.backend == "hf"]
+    by_id = {r.point_id: r for r in recs}
+    sps = [r for r in recs if r.strategy == "speculative" and r.baseline_id in by_id
+           and by_id[r.baseline_id or ""].strategy == "vanilla"
+           and not (r.config.get("sampling") or {}).get("temperature")]
     if not sps:
         raise OuroborosError(f"--records {path}: no speculative point on backend=hf with its vanilla baseline")
-    s = max(sps, key=lambda r: r.get("time", 0))
-    v = by_id[s["baseline_id"]]
-    p = s.get("params") or {}
-    budget = s.get("max_new_tokens")
-    lens = [q["prompt_len"] for q in s["prompts"]]
+    s = max(sps, key=lambda r: r.time)
+    v = by_id[s.baseline_id or ""]
+    p = s.params or {}
+    budget = s.max_new_tokens
+    lens = [q["prompt_len"] for q in s.prompts]
     d = {"name": task, "corpus": corpus, "prompt_len": max(1, round(sum(lens) / len(lens))),
          "max_new_tokens": max(budget) if isinstance(budget, list) else budget,
-         "vanilla_tok_s": v["totals"]["tokens_per_s"], "sps_tok_s": s["totals"]["tokens_per_s"],
-         "sps_block_efficiency": s["totals"]["block_efficiency"]}
+         "vanilla_tok_s": v.totals["tokens_per_s"], "sps_tok_s": s.totals["tokens_per_s"],
+         "sps_block_efficiency": s.totals["block_efficiency"]}
     sched = "hf" if p.get("schedule") == "hf" else None
     setting = sps_setting(None if sched else p.get("gamma"), sched, f"--records {path}")
     return make_task(task, d, model, hardware, setting, f"--records {path}")

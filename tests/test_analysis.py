@@ -15,7 +15,7 @@ def records(tmp_path_factory):
     out = tmp_path_factory.mktemp("rec") / "r.jsonl"
     sweep_records(out, "sweep=gamma", 'sweep.grid=["strategy=speculative,ouroboros","strategy.params.gamma=2,4"]')
     abl = sweep_records(out, "sweep=ablation", "strategy=ouroboros", "strategy.params.gamma=2")
-    assert all(r["params"]["gamma"] == 2 for r in abl[1:])   # the command line reaches every point
+    assert all(r.params["gamma"] == 2 for r in abl[1:])   # the command line reaches every point
     return out
 
 
@@ -25,24 +25,24 @@ def test_markdown_golden():
 
 
 def test_curves_follow_the_records(records):
-    from ouroboros.sinks import read_records
+    from ouroboros.sinks import load_records
 
-    recs = read_records(records)
+    recs = load_records(records)
     series = curve_series(recs, "gamma")
     assert set(series) == {"speculative", "ouroboros"}
-    spec = {r["params"]["gamma"]: r["speedup"] for r in recs if r["strategy"] == "speculative"}
+    spec = {r.params["gamma"]: r.speedup for r in recs if r.strategy == "speculative"}
     assert series["speculative"] == sorted(spec.items())
     assert curve_series(recs, "K") == {}   # no sweep varies K here: no curve
 
 
 def test_per_task_speedup_matches_the_record_on_one_category(records):
-    from ouroboros.sinks import read_records
+    from ouroboros.sinks import load_records
 
-    recs = read_records(records)
+    recs = load_records(records)
     tasks = {row["point"]: row for row in task_rows(recs)}
     for r in recs:
-        assert tasks[r["label"]]["speedup"] == pytest.approx(r["speedup"], abs=1e-3)   # a single category
-        assert tasks[r["label"]]["new_tokens"] == r["totals"]["new_tokens"]
+        assert tasks[r.label]["speedup"] == pytest.approx(r.speedup, abs=1e-3)   # a single category
+        assert tasks[r.label]["new_tokens"] == r.totals["new_tokens"]
 
 
 def test_cli_writes_tables_and_figures(records, tmp_path, capsys):
@@ -54,7 +54,7 @@ def test_cli_writes_tables_and_figures(records, tmp_path, capsys):
     assert (out / "speedup_vs_gamma.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list((out).glob("pool_*.png"))             # ouroboros records carry pool stats
     rows = list(csv.DictReader(open(out / "table.csv")))
-    assert len(rows) == len(table_rows(__import__("ouroboros.sinks").sinks.read_records(records)))
+    assert len(rows) == len(table_rows(__import__("ouroboros.sinks").sinks.load_records(records)))
     assert (out / "tasks.md").read_text().startswith("| point | category |")
     printed = capsys.readouterr().out
     assert f"written to {out}" in printed and "| vanilla |" not in printed   # where it wrote, not the table
@@ -65,6 +65,7 @@ def test_unlike_runs_never_share_a_figure(records):
     import json
 
     from analysis.plots import all_figures, close
+    from ouroboros.record import Record
     from ouroboros.sinks import read_records
 
     recs = read_records(records)
@@ -73,7 +74,7 @@ def test_unlike_runs_never_share_a_figure(records):
         r["config"]["sampling"] = {"temperature": 0.7, "top_p": 0.8, "top_k": 0, "seed": 0}
         r["config"]["model"]["sim_profiles"] = {"humaneval": "x"}
         r["point_id"] += "-sampled"
-    figs = all_figures(recs + sampled)
+    figs = all_figures([Record.from_json(r) for r in recs + sampled])
     want = {"speedup_vs_gamma_greedy", "speedup_vs_gamma_sampled", "bars_gamma_greedy", "bars_gamma_sampled"}
     assert want <= set(figs)
     for name, fig in figs.items():
@@ -93,9 +94,13 @@ def test_cli_error_is_one_line(tmp_path, capsys):
 def test_per_task_speedups_never_pair_two_processes():
     """Issue 33: a wall-clock baseline measured again by another process gives an older point no per-task ratio."""
     from analysis.report import same_process
+    from ouroboros.record import Record
 
-    base = {"processes": {"a": "p2", "b": "p2"}}
-    assert same_process(base, {"processes": {"a": "p2", "b": "p2"}}, {"a", "b"})
-    assert not same_process(base, {"processes": {"a": "p1", "b": "p2"}}, {"a", "b"})
-    assert same_process(base, {"processes": {"a": "p1", "b": "p2"}}, {"b"})
-    assert not same_process(base, {}, {"a"}) and same_process({}, {}, {"a"})
+    def timed(procs: dict | None) -> Record:
+        return Record(processes=procs)
+
+    base = timed({"a": "p2", "b": "p2"})
+    assert same_process(base, timed({"a": "p2", "b": "p2"}), {"a", "b"})
+    assert not same_process(base, timed({"a": "p1", "b": "p2"}), {"a", "b"})
+    assert same_process(base, timed({"a": "p1", "b": "p2"}), {"b"})
+    assert not same_process(base, timed(None), {"a"}) and same_process(timed(None), timed(None), {"a"})

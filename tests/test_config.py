@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from test_sweep import CONF, ROOT, SMALL
 
-import ouroboros.run as run_mod
+import ouroboros.cli as cli_mod
 from ouroboros.backends.base import OuroborosError
 from ouroboros.config import RunConfig, check_overrides, one_line, point_id, point_key, validate
 from ouroboros.sweep import plan
@@ -94,11 +94,11 @@ def test_entry_points_print_a_bad_override_in_one_line(tmp_path, module, overrid
 
 def test_hydra_cli_leaves_flags_to_hydra(monkeypatch):
     calls = []
-    monkeypatch.setattr(run_mod, "check_overrides", lambda args: calls.append(("check", args)))
+    monkeypatch.setattr(cli_mod, "check_overrides", lambda args: calls.append(("check", args)))
     for argv, checked in ((["run", "--cfg", "job", "strategy=nope"], False), (["run", "seed=1"], True)):
         calls.clear()
         monkeypatch.setattr(sys, "argv", argv)
-        run_mod.hydra_cli(lambda: calls.append(("main", None)))
+        cli_mod.hydra_cli(lambda: calls.append(("main", None)))
         assert calls == ([("check", ["seed=1"])] if checked else []) + [("main", None)]
 
 

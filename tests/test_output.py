@@ -51,7 +51,7 @@ def test_a_point_two_sweeps_share_is_in_both(tmp_path):
     """Sweep A measures speculative gamma=2; sweep B resumes it (no second measurement, no second record); the
     analysis sees it in both sweeps, under each sweep's label."""
     from analysis.report import table_rows
-    from ouroboros.sinks import read_records, read_sweep_records
+    from ouroboros.sinks import load_sweep_records, read_records
 
     out = tmp_path / "r.jsonl"
     common = ["model=llama70b_7b", "dataset.num_prompts=2", "max_new_tokens=8", "logger=quiet", f"out={out}"]
@@ -60,7 +60,7 @@ def test_a_point_two_sweeps_share_is_in_both(tmp_path):
                          "strategy.params.gamma=2", tmp=tmp_path)
         assert res.code == 0, res.err
     assert len(read_records(out)) == 2                       # vanilla + gamma=2, measured once
-    rows = table_rows(read_sweep_records(out))
+    rows = table_rows(load_sweep_records(out))
     assert sorted((r["sweep"], r["point"]) for r in rows) == [("first", "speculative gamma=2"), ("first", "vanilla"),
                                                               ("second", "speculative gamma=2"), ("second", "vanilla")]
 

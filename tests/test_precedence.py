@@ -9,9 +9,9 @@ from hydra import compose, initialize_config_dir
 
 from analysis.report import table_rows
 from ouroboros.config import apply_explicit, validate
-from ouroboros.run import format_table
-from ouroboros.sinks import read_records
+from ouroboros.sinks import load_records, read_records
 from ouroboros.sweep import plan
+from ouroboros.table import format_table
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 SIM = ["model=llama70b_7b", "dataset.num_prompts=1", "max_new_tokens=8", "logger=quiet"]
@@ -102,7 +102,7 @@ def test_table_header_states_budget_hardware_placement_and_shared_params(tmp_pat
     assert res.code == 0, res.err[-2000:]
     recs = read_records(out)
     assert recs[1]["hardware"]["placement"] == "tensor" and recs[1]["hardware"]["devices"] == 2
-    head = format_table(recs).splitlines()[:2]
+    head = format_table(load_records(out)).splitlines()[:2]
     assert head == ["new tokens per prompt: 8; hardware: h200 (2 device(s), tensor; modelled clock)",
                     "speculative at every point: gamma=6"]
 
@@ -112,5 +112,5 @@ def test_analysis_table_names_budget_and_hardware(tmp_path):
     res = run_module("ouroboros.run", *SIM, "hardware=h100", "sim.devices=2",
                      "sim.placement=tensor", f"out={out}", tmp=tmp_path)
     assert res.code == 0, res.err[-2000:]
-    rows = table_rows(read_records(out))
+    rows = table_rows(load_records(out))
     assert [(r["hardware"], r["max_new_tokens"]) for r in rows] == [("h100 tensor x2", "8")] * 2

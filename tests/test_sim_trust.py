@@ -12,8 +12,9 @@ from hydra import compose, initialize_config_dir
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.config import apply_explicit, explicit_notices, validate
-from ouroboros.run import format_table, speedup_ranks
+from ouroboros.record import Record
 from ouroboros.sinks import read_records
+from ouroboros.table import format_table, speedup_ranks
 from simulators import trust
 from simulators.figures import YI_FIGURES, load_tasks, make_task, records_task
 from simulators.measured import calibrate_measured, quantile, summarise
@@ -111,13 +112,13 @@ def test_every_simulated_record_line_and_table_names_its_source_and_band(tmp_pat
 
 
 def rec(label, speedup, band, baseline="b"):
-    return {"label": label, "strategy": label, "speedup": speedup, "baseline_id": baseline,
-            "decisions": {"band": None if band is None else {"speedup": band}}}
+    return Record.from_json({"label": label, "strategy": label, "speedup": speedup, "baseline_id": baseline,
+                             "decisions": {"band": None if band is None else {"speedup": band}}})
 
 
 def test_overlapping_bands_rank_as_a_tie_and_only_disjoint_ones_as_an_order():
-    recs = [rec("a", 2.0, 0.1), rec("b", 1.9, 0.1), rec("c", 1.2, 0.1), rec("d", 3.0, None), {
-        "label": "real", "strategy": "x", "speedup": 1.5, "baseline_id": "b"}]
+    recs = [rec("a", 2.0, 0.1), rec("b", 1.9, 0.1), rec("c", 1.2, 0.1), rec("d", 3.0, None), Record.from_json({
+        "label": "real", "strategy": "x", "speedup": 1.5, "baseline_id": "b"})]
     assert speedup_ranks(recs) == ["=1", "=1", "3", "?", "-"]
 
 
@@ -126,7 +127,7 @@ def test_real_tables_keep_their_columns():
         "new_tokens": 8, "elapsed_s": 1.0, "tokens_per_s": 8.0, "block_efficiency": 1.0, "accepted_length": 0.0,
         "match_per_forward": 0.0}, "speedup": 1.0, "speedup_specbench": 1.0, "identical_to_baseline": "1/1",
         "backend": "hf", "hardware": {"cpu": "x"}, "max_new_tokens": 8}
-    table = format_table([r])
+    table = format_table([Record.from_json(r)])
     assert "rank" not in table and "±" not in table and "decisions" not in table
 
 
@@ -240,5 +241,5 @@ def test_wandb_metrics_carry_the_band():
                                        "draft_forwards", "draft_tokens", "draft_s", "verify_s", "other_s",
                                        "prefill_s")},
            "speedup": 2.0, "decisions": {"band": {"speedup": 0.24, "block_efficiency": None, "cells": {"speedup": 5}}}}
-    m = point_metrics(rec)
+    m = point_metrics(Record.from_json(rec))
     assert m["band/speedup"] == 0.24 and "band/block_efficiency" not in m and "band/cells" not in m

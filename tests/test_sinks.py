@@ -50,9 +50,9 @@ def test_wandb_offline_run_holds_the_metrics(tmp_path, ouroboros_records):
     run_dir = mirror.log_point(rec)
     assert run_dir is not None and run_dir.startswith(str(tmp_path / "wandb" / "offline-run-"))
     got = read_wandb_run(run_dir)
-    s, t = got["summary"], rec["totals"]
+    s, t = got["summary"], rec.totals
     assert s["tokens_per_s"] == pytest.approx(t["tokens_per_s"])
-    assert s["speedup"] == pytest.approx(rec["speedup"])
+    assert s["speedup"] == pytest.approx(rec.speedup)
     for k in ("block_efficiency", "accepted_length", "match_per_forward"):
         assert s[k] == pytest.approx(t[k])
     assert s["time/verify_s"] == pytest.approx(t["verify_s"]) and "time/draft_frac" in s
@@ -61,7 +61,7 @@ def test_wandb_offline_run_holds_the_metrics(tmp_path, ouroboros_records):
     assert any(k.startswith("accepted_by_source/") for k in s)
     rates = [h["acceptance/rate"] for h in got["history"] if "acceptance/rate" in h]
     assert len(rates) == len(t["position_proposed"]) and all(0 <= r <= 1 for r in rates)
-    assert got["config"]["strategy"]["name"] == "ouroboros" and got["config"]["point_id"] == rec["point_id"]
+    assert got["config"]["strategy"]["name"] == "ouroboros" and got["config"]["point_id"] == rec.point_id
     # a file read mid-flush ends inside a record: its prefix reads as the records complete so far, never as
     # a corrupt one (the CI failure of stop 28), and the full set comes back once the rest is written
     whole = Path(glob.glob(f"{run_dir}/run-*.wandb")[0]).read_bytes()
@@ -83,5 +83,5 @@ def test_wandb_disabled_writes_nothing(tmp_path, ouroboros_records):
 def test_summary_line(ouroboros_records):
     line = summary_line(ouroboros_records[1], 2, 2)
     assert line.startswith("[2/2] ouroboros: ") and "modelled s" in line and "\n" not in line
-    assert f"{ouroboros_records[1]['speedup']:.2f}x" in line
-    json.dumps(ouroboros_records[1])   # records are plain JSON
+    assert f"{ouroboros_records[1].speedup:.2f}x" in line
+    json.dumps(ouroboros_records[1].to_json())   # records are plain JSON

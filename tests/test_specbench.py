@@ -41,17 +41,17 @@ def test_answers_match_the_records(tmp_path):
     assert sorted(p.name for p in paths) == ["llama70b_7b-speculative.jsonl", "llama70b_7b-vanilla.jsonl"]
     spec = recs[1]
     mean_speed, mean_accept = speed_py(tmp_path / "ans" / "llama70b_7b-speculative.jsonl")
-    assert mean_speed == pytest.approx(spec["totals"]["mean_tokens_per_s"])   # Spec-Bench's per-prompt mean
-    assert mean_accept == pytest.approx(spec["totals"]["new_tokens"] / spec["totals"]["target_forwards"])  # eta
+    assert mean_speed == pytest.approx(spec.totals["mean_tokens_per_s"])   # Spec-Bench's per-prompt mean
+    assert mean_accept == pytest.approx(spec.totals["new_tokens"] / spec.totals["target_forwards"])  # eta
     base_speed, base_accept = speed_py(tmp_path / "ans" / "llama70b_7b-vanilla.jsonl")
     assert base_accept == 1.0
     lines = [json.loads(x) for x in open(tmp_path / "ans" / "llama70b_7b-speculative.jsonl")]
-    assert [a["question_id"] for a in lines] == sorted(p["prompt_id"] for p in spec["prompts"])
+    assert [a["question_id"] for a in lines] == sorted(p["prompt_id"] for p in spec.prompts)
     assert all(a["choices"][0]["turns"][0] for a in lines) and lines[0]["clock"] == "modelled"
     from ouroboros.datasets import read_answers  # an answer file is a turn-2 run's `dataset.answers`
 
     texts = read_answers(str(tmp_path / "ans" / "llama70b_7b-vanilla.jsonl"))
-    assert texts == {str(p["prompt_id"]): p["text"] for p in recs[0]["prompts"]} and all(texts.values())
+    assert texts == {str(p["prompt_id"]): p["text"] for p in recs[0].prompts} and all(texts.values())
 
 
 def test_cli_error(tmp_path, capsys):
@@ -71,8 +71,8 @@ def test_specbench_questions_decode_on_the_simulator(tmp_path):
                          base=["model=llama70b_7b", "max_new_tokens=16", "logger=quiet"])
     tok = load_corpus("code", 4096, SIM_DEFAULTS["pieces"]).tokenizer  # the surrogate's own pieces
     first = json.loads(open(SPEC).readline())
-    assert [r["strategy"] for r in recs] == ["vanilla", "ouroboros"]
+    assert [r.strategy for r in recs] == ["vanilla", "ouroboros"]
     for r in recs:
-        assert r["backend"] == "sim" and len(r["prompts"]) == 3
-        assert r["prompts"][0]["prompt_len"] == len(tok(first["turns"][0])["input_ids"]) > 0
-    assert recs[1]["identical_to_baseline"] == "3/3"
+        assert r.backend == "sim" and len(r.prompts) == 3
+        assert r.prompts[0]["prompt_len"] == len(tok(first["turns"][0])["input_ids"]) > 0
+    assert recs[1].identical_to_baseline == "3/3"

@@ -13,7 +13,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from ouroboros.config import validate
-from ouroboros.run import make_executor
+from ouroboros.executor import make_executor
+from ouroboros.record import Record
 from ouroboros.sinks import read_records
 from ouroboros.sweep import plan, run_points
 
@@ -23,7 +24,7 @@ GRID = 'sweep.grid=["strategy=speculative","strategy.params.gamma=2,4"]'
 SMALL = ["model=llama70b_7b", "dataset.num_prompts=2", "max_new_tokens=16", "logger=quiet"]
 
 
-def sweep_records(out: Path, *overrides: str, base: tuple[str, ...] | list[str] = SMALL) -> list[dict]:
+def sweep_records(out: Path, *overrides: str, base: tuple[str, ...] | list[str] = SMALL) -> list[Record]:
     """Run a sweep in this process (as `python -m ouroboros.sweep` does, without the CLI)."""
     ovr = [*base, f"out={out}", *overrides]
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
@@ -40,19 +41,19 @@ def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 
 def test_sweep_runs_baseline_once_and_computes_speedups(tmp_path):
     recs = sweep_records(tmp_path / "r.jsonl", "sweep=gamma", GRID)
-    assert [r["strategy"] for r in recs] == ["vanilla", "speculative", "speculative"]
-    assert [r["params"].get("gamma") for r in recs[1:]] == [2, 4]
+    assert [r.strategy for r in recs] == ["vanilla", "speculative", "speculative"]
+    assert [r.params.get("gamma") for r in recs[1:]] == [2, 4]
     base = recs[0]
-    assert base["speedup"] == 1.0 and all(r["baseline_id"] == base["point_id"] for r in recs[1:])
+    assert base.speedup == 1.0 and all(r.baseline_id == base.point_id for r in recs[1:])
     for r in recs[1:]:
-        assert r["speedup"] == base["totals"]["elapsed_s"] / r["totals"]["elapsed_s"]
-        assert r["identical_to_baseline"] == "2/2"
-        assert r["backend"] == "sim" and r["hardware"]["name"] == "a800x2"
+        assert r.speedup == base.totals["elapsed_s"] / r.totals["elapsed_s"]
+        assert r.identical_to_baseline == "2/2"
+        assert r.backend == "sim" and r.hardware["name"] == "a800x2"
     on_disk = read_records(tmp_path / "r.jsonl")
-    assert [r["point_id"] for r in on_disk] == [r["point_id"] for r in recs]
+    assert [r["point_id"] for r in on_disk] == [r.point_id for r in recs]
     # a rerun measures nothing new
     again = sweep_records(tmp_path / "r.jsonl", "sweep=gamma", GRID)
-    assert [r["record_id"] for r in again] == [r["record_id"] for r in recs]
+    assert [r.record_id for r in again] == [r.record_id for r in recs]
     assert len(read_records(tmp_path / "r.jsonl")) == 3
 
 

@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 from test_sweep import CONF, SMALL
 
 from ouroboros.config import validate
-from ouroboros.run import make_executor
+from ouroboros.executor import make_executor
 from ouroboros.strategies import make_config
 from ouroboros.tune import tune, write_strategy_yaml
 
@@ -19,13 +19,13 @@ def test_tune_stages_pick_the_best_and_write_yaml(tmp_path):
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         run = validate(compose("config", overrides=ovr))
     params, history = tune(run, make_executor(run, resume=True, sweep="tune"))
-    assert [r["params"]["gamma"] for r in history[:2]] == [2, 5]
-    stage1 = {r["params"]["gamma"]: r["totals"]["tokens_per_s"] for r in history[:2]}
+    assert [r.params["gamma"] for r in history[:2]] == [2, 5]
+    stage1 = {r.params["gamma"]: r.totals["tokens_per_s"] for r in history[:2]}
     assert params["gamma"] == max(stage1, key=stage1.get)
-    assert all(r["params"]["gamma"] == params["gamma"] for r in history[2:])    # W searched at the best gamma
-    assert [r["params"]["W"] for r in history[2:]] == [8, 20]
-    assert all(r["params"]["G"] == r["params"]["W"] for r in history[2:])      # G tied to W (both start at 20)
-    stage2 = {r["params"]["W"]: r["totals"]["tokens_per_s"] for r in history[2:]}
+    assert all(r.params["gamma"] == params["gamma"] for r in history[2:])    # W searched at the best gamma
+    assert [r.params["W"] for r in history[2:]] == [8, 20]
+    assert all(r.params["G"] == r.params["W"] for r in history[2:])      # G tied to W (both start at 20)
+    stage2 = {r.params["W"]: r.totals["tokens_per_s"] for r in history[2:]}
     assert params["W"] == max(stage2, key=stage2.get)
     path = write_strategy_yaml(tmp_path / "tuned.yaml", run, params, history[-1])
     loaded = yaml.safe_load(path.read_text())

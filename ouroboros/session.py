@@ -1,0 +1,146 @@
+"""A session: a loaded backend pair (hf: transformers models; sim: the simulator), its prompt set, the model
+context they share and what the clock measures (this machine, or the simulated hardware profile).
+
+`open_session(run)` loads it; the executor keeps one per (models, backend, hardware, dataset). Also the facts a
+record states about where it was measured (`machine_info`, `versions`). Knows nothing of points, records or the
+command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.config import RunConfig
+from ouroboros.datasets import Prompt, fit_context, load_prompts
+
+
+@dataclass
+class Session:
+    backend: str                     # "hf" | "sim"
+    target: Backend
+    draft: Backend | None
+    eos_ids: tuple[int, ...]
+    prompts: list[Prompt]
+    hardware: dict[str, Any]         # what the clock measures: this machine (hf) or the profile (sim)
+    tokenizer: Any = None            # decodes outputs into the record's `text` (None: ids only)
+    margin: Callable[[list[int]], float] | None = None   # target's top-2 logit margin after a prefix (hf only)
+    context: int = 0                 # the pair's model context (tokens): prompt + new tokens fit in it
+
+
+def pair_key(run: RunConfig) -> str:
+    """What makes two runs share a loaded pair: model, backend settings, simulated hardware, seed."""
+    sim = [run.hardware, run.sim] if run.backend_kind == "sim" else None
+    return json.dumps([run.model, dataclasses.asdict(run.backend), run.backend_kind, sim, run.seed], sort_keys=True,
+                      default=str)
+
+
+def load_backends(run: RunConfig) -> tuple[Backend, Backend | None, Any, tuple[int, ...], Any]:
+    """(target, draft, tokenizer, eos_ids, sim pair or None) for the run's backend."""
+    if run.backend_kind == "sim":
+        from simulators import make_pair
+
+        pair = make_pair(run.model, run.hardware or {}, run.sim, seed=run.seed)
+        return pair.target, pair.draft, pair.tokenizer, tuple(pair.eos_ids), pair
+    import torch
+
+    from ouroboros.backends.hf import HFBackend
+    from ouroboros.models import load_pair
+
+    if run.backend.threads:
+        torch.set_num_threads(run.backend.threads)
+    loaded = load_pair(run.model, dtype=run.backend.dtype, device=run.backend.device)
+    target = HFBackend(loaded.target, name="target")
+    draft = HFBackend(loaded.draft, name="draft") if loaded.draft is not None else None
+    return target, draft, loaded.tokenizer, tuple(loaded.eos_ids), None
+
+
+def session_prompts(run: RunConfig, tokenizer: Any, vocab_size: int, sim_pair: Any) -> list[Prompt]:
+    """The dataset's prompts; on sim with the `synthetic` dataset, the simulator's embedded prompts instead
+    (random ids mean nothing to a surrogate LM; its prompts come from the surrogate's corpus)."""
+    if sim_pair is not None and run.dataset.get("kind") == "synthetic":
+        return sim_pair.default_prompts(int(run.dataset.get("num_prompts", 8)), run.seed)
+    return load_prompts(run.dataset, tokenizer, vocab_size, run.seed)
+
+
+def stock_models(sess: Session) -> tuple[Any, Any]:
+    """The transformers models behind an hf session's backends (the peers call their `generate`)."""
+    from ouroboros.backends.hf import HFBackend
+
+    assert isinstance(sess.target, HFBackend) and (sess.draft is None or isinstance(sess.draft, HFBackend))
+    return sess.target.model, (sess.draft.model if sess.draft is not None else None)
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"machine": platform.machine(), "system": platform.system(), "cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        info["cpu"] = platform.processor() or None
+    if "torch" in sys.modules:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+def open_session(run: RunConfig) -> Session:
+    target, draft, tokenizer, eos_ids, sim_pair = load_backends(run)
+    prompts = session_prompts(run, tokenizer, target.vocab_size, sim_pair)
+    context = min(b.max_context for b in (target, draft) if b is not None)
+    prompts, skipped = fit_context(prompts, context, bool(run.dataset.get("skip_too_long")))
+    if skipped:
+        print(f"warning: skipped {len(skipped)} prompt(s) longer than the model context of {context} tokens: "
+              f"{', '.join(skipped)}", file=sys.stderr)
+    if not prompts:
+        raise OuroborosError("the dataset gave no prompts")
+    if run.backend_kind == "sim":   # the profile as simulated: sim.placement / sim.devices override its own
+        hardware = {**(run.hardware or {}), **{k: run.sim[k] for k in ("placement", "devices") if run.sim.get(k)}}
+    else:
+        hardware = machine_info()
+    margin = None
+    if run.backend_kind == "hf":
+        from ouroboros.backends.hf import HFBackend
+
+        assert isinstance(target, HFBackend)
+        margin = target.top2_margin
+    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware, tokenizer, margin, context)
+
+
+@functools.cache
+def versions() -> dict[str, str | None]:
+    import importlib.metadata as md
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in ("ouroboros-bench", "torch", "transformers", "hydra-core", "omegaconf", "wandb"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out["git"] = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        out["git"] = None
+    return out
+
+
+def effective_budgets(session: Session, budgets: list[int]) -> list[int]:
+    """Each prompt's budget as decoding can spend it: at most what the context leaves after the prompt."""
+    if not session.context:
+        return budgets
+    return [min(b, session.context - len(p.ids)) for p, b in zip(session.prompts, budgets, strict=True)]
+

@@ -1,0 +1,105 @@
+"""What the executor asks of the records: the resume index, per-point claims, saving a record, keeping each prompt
+as it finishes, and a sweep's manifest. `RecordStore` is that interface; `FileStore` puts it in front of the JSONL
+record file (ouroboros.sinks.RecordFile), turning its JSON lines into typed `Record`s and back.
+
+Without resume (or without a file) nothing is read back: `done` and `claim` find nothing, no prompt lines are
+kept, and a measured record is still appended when there is a file. Knows nothing of models or of measuring.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from ouroboros.metrics import PromptResult, prompt_dict, prompt_from_dict
+from ouroboros.record import Record
+from ouroboros.sinks import RecordFile, prompt_line, sweep_manifest
+
+
+class RecordStore(Protocol):
+    @property
+    def resuming(self) -> bool:
+        """Whether earlier records and prompt lines are read back (resume on, and a file to read)."""
+        ...
+
+    def index(self) -> dict[str, Record]:
+        """point_id -> its latest record ({} when not resuming)."""
+        ...
+
+    def done(self, point_id: str) -> Record | None:
+        """The point's latest record (None when not resuming)."""
+        ...
+
+    def claim(self, point_id: str) -> AbstractContextManager[Record | None]:
+        """Hold the point's lock (parallel workers); yields the record another worker finished meanwhile."""
+        ...
+
+    def save(self, rec: Record) -> None: ...
+
+    def keep_prompt(self, point_id: str, prompt: PromptResult, process: str) -> None:
+        """Keep one finished prompt of a point (a killed run resumes at prompt granularity)."""
+        ...
+
+    def finished_prompts(self, point_id: str) -> dict[str, PromptResult]: ...
+
+    def finished_processes(self, point_id: str) -> dict[str, str]:
+        """prompt_id -> the process that timed it ('' when the line names none)."""
+        ...
+
+    def save_manifest(self, sweep: str, points: list[tuple[str, str]]) -> None:
+        """A sweep's (point_id, label) pairs, measured or resumed (ouroboros.sinks.sweep_manifest)."""
+        ...
+
+
+class FileStore:
+    """`RecordStore` over a JSONL record file (`file` None: records are not written anywhere)."""
+
+    def __init__(self, file: RecordFile | None, resume: bool):
+        self.file, self.resume = file, resume
+
+    @property
+    def resuming(self) -> bool:
+        return self.resume and self.file is not None
+
+    def index(self) -> dict[str, Record]:
+        if not self.resuming or self.file is None:
+            return {}
+        return {pid: Record.from_json(r) for pid, r in self.file.index().items()}
+
+    def done(self, point_id: str) -> Record | None:
+        if not self.resuming or self.file is None:
+            return None
+        rec = self.file.index().get(point_id)
+        return None if rec is None else Record.from_json(rec)
+
+    @contextlib.contextmanager
+    def claim(self, point_id: str) -> Iterator[Record | None]:
+        if not self.resuming or self.file is None:
+            yield None
+            return
+        with self.file.claim(point_id) as other:
+            yield None if other is None else Record.from_json(other)
+
+    def save(self, rec: Record) -> None:
+        if self.file is not None:
+            self.file.append(rec.to_json())
+
+    def keep_prompt(self, point_id: str, prompt: PromptResult, process: str) -> None:
+        if self.resuming and self.file is not None:
+            self.file.append(prompt_line(point_id, prompt_dict(prompt), process))
+
+    def finished_prompts(self, point_id: str) -> dict[str, PromptResult]:
+        if not self.resuming or self.file is None:
+            return {}
+        return {k: prompt_from_dict(v) for k, v in self.file.finished_prompts(point_id).items()}
+
+    def finished_processes(self, point_id: str) -> dict[str, str]:
+        if not self.resuming or self.file is None:
+            return {}
+        return self.file.finished_processes(point_id)
+
+    def save_manifest(self, sweep: str, points: list[tuple[str, str]]) -> None:
+        if self.file is not None:
+            self.file.append(sweep_manifest(sweep, points))
