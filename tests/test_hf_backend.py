@@ -1,4 +1,5 @@
-"""hf backend: tree scoring equals each path run alone; the KV cache always equals a fresh recomputation."""
+"""hf backend: tree scoring equals each path run alone; the KV cache always equals a fresh recomputation; the
+sequence bookkeeping it shares with the sim backend (SequenceBackend) behaves alike on both."""
 
 import copy
 
@@ -91,3 +92,44 @@ def test_kv_invariant_after_tree_commits(family, data):
     # rollback keeps the invariant too
     b.rollback(min(2, len(b.tokens) - 1))
     check_kv(b)
+
+
+def _sim_backend():
+    from simulators import make_pair
+    from simulators.profiles import load_conf
+
+    pair = make_pair(dict(load_conf("model", "llama70b_7b")), dict(load_conf("hardware", "h100")),
+                     {"devices": 2, "placement": "tensor"})
+    return pair.target
+
+
+@pytest.mark.parametrize("kind", ["hf", "sim"])
+def test_shared_bookkeeping_on_both_backends(kind):
+    """hf and sim share one SequenceBackend: the same lengths after prefill / commit / rollback / append, the same
+    order errors (score twice, commit without score, rollback past the prompt), and fresh() starts empty."""
+    b = HFBackend(get_model("llama")) if kind == "hf" else _sim_backend()
+    with pytest.raises(RuntimeError, match="no pending token"):
+        b.score(Draft())
+    b.prefill([5, 6, 7, 8])
+    assert (b.tokens, b.cache_len, b.counters.prefill_tokens) == ([5, 6, 7, 8], 3, 3)
+    s = b.score(Draft.chain([9, 10]))
+    with pytest.raises(RuntimeError, match="twice"):
+        b.score(Draft())
+    assert (b.counters.forwards, b.counters.tokens) == (1, 3)
+    b.commit([0], [9, s.preds[1]])   # node 0 accepted, then the bonus token (pending)
+    assert (b.tokens[4:], b.cache_len) == ([9, s.preds[1]], 5)
+    with pytest.raises(RuntimeError, match="without a preceding score"):
+        b.commit([], [1])
+    b.append([3, 4])
+    assert b.tokens[-2:] == [3, 4] and b.cache_len == 5
+    b.rollback(3)   # into the cached part: the cache shrinks with it
+    assert (b.tokens, b.cache_len) == ([5, 6, 7, 8, 9], 4)
+    with pytest.raises(ValueError, match="cannot roll back 5"):
+        b.rollback(5)
+    if kind == "hf":
+        check_kv(b)
+    after = b.score(Draft()).preds[0]   # the state after rollback predicts as a fresh prefill of the same tokens
+    new = b.fresh()
+    assert new.tokens == [] and new.cache_len == 0 and new.counters.forwards == 0
+    new.prefill([5, 6, 7, 8, 9])
+    assert new.score(Draft()).preds[0] == after
