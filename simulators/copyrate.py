@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import need_field, packaged_file, read_answers, read_jsonl
-from simulators.pair import SIM_DEFAULTS
-from simulators.surrogate import NGramLM, PieceTokenizer, RealTokenizer, load_corpus
+from simulators.simconfig import SimConfig
+from simulators.surrogate import NGramLM, PieceTokenizer, RealTokenizer, load_corpus, plain_config
 
 Pair = tuple[list[int], list[int]]  # (prompt ids, continuation ids)
 INSTEAD = "pass --source FILE.jsonl ({prompt, completion} lines)"
@@ -95,12 +95,12 @@ def surrogate_pairs(lm: NGramLM, real: list[Pair]) -> list[Pair]:
     return out
 
 
-VOCAB = int(SIM_DEFAULTS["vocab"])  # the surrogate the simulator builds by default (its vocab, order, p_top)
+VOCAB = SimConfig().vocab  # the vocabulary the simulator builds by default
 
 
 def surrogate_rate(corpus: str, p_copy: float, real: list[Pair], window: int = 256) -> Rate:
-    lm = NGramLM(corpus, VOCAB, int(SIM_DEFAULTS["order"]), p_top=float(SIM_DEFAULTS["p_top"]), p_copy=p_copy,
-                 copy_window=window)
+    """The plain surrogate target's copy rate (it copies from its last COPY_WINDOW tokens) with this p_copy."""
+    lm = NGramLM(plain_config(corpus=corpus, vocab=VOCAB, p_copy=p_copy))
     return copy_rate(surrogate_pairs(lm, real), window)
 
 

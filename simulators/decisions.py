@@ -368,7 +368,7 @@ def has_real_tokenizer(model: str, tokenizer: str | None = None) -> bool:
     from simulators.tokens import real_tokenizer_dir
 
     try:
-        real_tokenizer_dir({"tokenizer": tokenizer}, load_conf("model", model))
+        real_tokenizer_dir(tokenizer, load_conf("model", model))
     except OuroborosError:
         return False
     return True

@@ -23,41 +23,10 @@ import yaml
 
 from ouroboros.backends.base import OuroborosError
 from simulators.profiles import conf_root, load_conf
+from simulators.simconfig import SimConfig, summary
 
-# What each field a profile may set means (written as a comment beside it).
-FIELD_DOCS = {
-    "corpus": "surrogate corpus standing in for the task's text (code | pycode | prose)",
-    "alpha_easy": "surrogate draft agreement in easy stretches (fitted)",
-    "alpha_hard": "... in hard stretches (fitted; paper profiles tie it to alpha_easy^4)",
-    "hard_frac": "fraction of positions in hard stretches",
-    "burst_len": "length of an easy / hard stretch (tokens)",
-    "p_shift": "share of mismatches that are 'one token too early' (else the runner-up)",
-    "p_copy": "how often the surrogate target copies what followed its last two tokens earlier",
-    "vocab": "surrogate vocabulary (pieces of the corpus)",
-    "pieces": "surrogate tokenizer: words (spaces apart) | bpe (words carry their leading space) | real (the pair's)",
-    "induction": "match-length copying: P(copy | the last token alone matched earlier) (0: off)",
-    "induction_decay": "... P(copy | L tokens matched) = 1 - (1 - induction) * induction_decay^(L - 1)",
-    "surprise_copy": "... scaled by 1 - (1 - surprise_copy) / 2^k, k steps after a token the target would not write",
-    "alpha_copy": "draft agreement where the target copies by induction (null: the stretches' agreement)",
-    "p_top": "how often the surrogate target takes its n-gram table's top continuation",
-    "pos_grain": "the target's varied choices hash the position in blocks of this many tokens",
-    "choice_ctx": "... and the last this many tokens (0: all 8 of the tail)",
-    "local_frac": "share of contexts whose next token their last local_ctx tokens alone decide",
-    "local_ctx": "... that many last tokens (1..order)",
-    "local_novel": "... only where those tokens did not occur earlier in the window (phrases, no loops)",
-    "forgive": "P(the target reads a token it would not have written as its own and goes on as it would have)",
-    "forgive_run": "... only after at least this many tokens it would have written itself",
-    "recall": "P(right after a token it would not have written, the target goes on with text it knows: recall_text)",
-    "recall_min": "... where its last this many tokens occur in that text",
-    "recall_text": "the text it knows: a REST datastore (.npz) in the simulator's ids (validate decisions: REST's own)",
-    "target_overhead_s": "target's per-forward overhead (s), replacing the hardware's estimate (fitted)",
-    "draft_overhead_s": "draft's per-forward overhead (s), replacing the hardware's estimate (fitted)",
-    "dtype": "weights' dtype for the cost model",
-    "prompt_tokens": "how real prompts get their token counts (simulators/tokens.py)",
-    "chars_per_token": "characters per token of the pair's tokenizer on the task's text (measured)",
-    "pair": "the conf/model pair this profile was fitted for (make_pair refuses another)",
-    "profile": "this profile's name: records and tables name it as their decisions' source",
-}
+# What each field a profile may set means (written as a comment beside it): its SimConfig doc's first clause.
+FIELD_DOCS = {name: summary(name) for name in SimConfig.__dataclass_fields__}
 
 PAPER_TASK_KEYS = {"HumanEval": "humaneval", "MBPP": "mbpp", "GSM8K": "gsm8k", "CNN/DM": "cnndm", "WMT16": "wmt16"}
 

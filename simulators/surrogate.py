@@ -2,12 +2,13 @@
 
 A `TokenModel` decides the greedy next token of a context. It is incremental so trees are cheap to score:
 `start()` -> the state of the empty context, `step(state, token)` -> the state after one more token,
-`predict(state)` -> the next token. States are `(position, tail)` tuples (tail = the last few tokens).
+`predict(state)` -> the next token. The target's states are `LMState` named tuples (position, tail = the last
+TAIL_LEN tokens, and the slots its copying, surprise and forgiving knobs need).
 
 - `NGramLM` (the surrogate target): a back-off n-gram table (orders 1..`order`) built from an embedded
   corpus (Python standard-library source for "code", the interpreter's own help topics for "prose"; no
   download). The greedy choice is the table's top continuation of the longest known suffix, replaced by a
-  runner-up when a hash of the position and the last `tail_len` tokens says so, so the text is varied,
+  runner-up when a hash of the position and the last TAIL_LEN tokens says so, so the text is varied,
   repeats common phrases (as code does) and does not lock into a loop. Optionally (`p_copy`) it copies from
   its own context as real LMs do: what followed the last two tokens the last time (simulators/copyrate.py
   measures how often real text does). Its varied choices (runner-up, copy) hash the position and the tail;
@@ -36,15 +37,15 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ouroboros.backends.base import OuroborosError
+from simulators.simconfig import CORPORA, TAIL_LEN, SimConfig
 
 EOS_ID = 0
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _INV53 = 1.0 / (1 << 53)
-State = tuple[Any, ...]  # (position, last tail_len tokens[, last copy_window tokens reversed])
 _PIECE = re.compile(r"[A-Za-z_]+|[0-9]+| +|\n|.", re.DOTALL)
 # pieces="bpe": words carry their leading space, as GPT-2-style pre-tokenizers (and Qwen's) split text; an indent
 # run keeps all but its last space, which joins the next word (" return"), so code and prose get about as many
@@ -63,7 +64,6 @@ PACKAGE_MODULES = ("json", "logging", "concurrent.futures._base", "concurrent.fu
                    "email.utils", "email.feedparser", "http.cookies", "urllib.parse", "unittest.case",
                    "tomllib._parser", "zoneinfo._zoneinfo", "wsgiref.handlers", "html.parser", "collections",
                    "asyncio.tasks", "asyncio.queues", "importlib.metadata")
-CORPORA = ("code", "pycode", "prose")
 
 
 def uniform(h: int) -> float:
@@ -237,6 +237,45 @@ def ngram_table(kind: str, vocab_size: int, order: int, top: int, style: str = "
 INDUCTION_MAX = 16  # longest suffix match match-length copying looks for (tokens)
 FORGIVE_CTX = 3     # tail tokens (with the wrong token) that decide whether the target reads past it (sim.forgive)
 SURPRISE_MAX = 4    # steps after a token the target would not have written at which copying counts as recovered
+TOP = 3             # continuations the back-off table keeps per context (the top one and two runner-ups)
+COPY_WINDOW = 256   # how far back the target copies and matches from (tokens)
+CONTENT_LEN = 3     # last tokens that decide whether the draft agrees (content-bound mismatches)
+P_SHIFT = 0.5       # share of the draft's mismatches that are "one token too early" (else the target's runner-up)
+
+# Hash salts: each of the surrogates' independent decisions hashes its inputs with its own salt, so no two of them
+# are correlated (the runner-up pick hashes (choice key, seed) with none).
+SALT_SHIFT = 3         # draft: a mismatch is one token too early, or the runner-up
+SALT_HARD = 7          # draft: a stretch is hard
+SALT_COPY = 11         # target: copy what followed the last two tokens (p_copy)
+SALT_LOCAL = 13        # target: the last local_ctx tokens alone decide this context (local_frac)
+SALT_LOCAL_PICK = 17   # target: ... and which of their continuations
+SALT_INDUCTION = 19    # target: continue the longest earlier match (induction)
+SALT_COPY_AGREES = 23  # draft: agrees where the target copies (alpha_copy)
+SALT_FORGIVE = 29      # target: reads a token it would not have written as its own (forgive)
+SALT_RECALL = 31       # target: goes on with text it knows (recall)
+
+
+# The plain n-gram target: the text prior's copying, locality and position-invariance off, in the surrogate's own
+# word pieces: what simulators/copyrate.py compares real text with, and the tests' baseline (`plain_config(**knobs)`).
+PLAIN_TEXT: dict[str, Any] = {"vocab": 4096, "pieces": "words", "p_copy": 0.0, "induction": 0.0, "pos_grain": 1,
+                              "choice_ctx": 0, "local_frac": 0.0, "local_ctx": 1}
+
+
+def plain_config(**knobs: Any) -> SimConfig:
+    return SimConfig(**{**PLAIN_TEXT, **knobs})
+
+
+class LMState(NamedTuple):
+    """The surrogate target's state after a context (both its paths build the same ones)."""
+    pos: int                         # tokens so far
+    tail: tuple[int, ...]            # the last TAIL_LEN tokens as the target reads them (forgive: its own there)
+    window: tuple[int, ...] = ()     # the last COPY_WINDOW tokens as written, the last first (only when copying)
+    calm: int = SURPRISE_MAX         # steps since a token it would not have written (capped; only surprise_copy < 1)
+    run: int = 0                     # tokens it would have written, in a row (capped at forgive_run; only forgiving)
+
+
+_new_state = tuple.__new__   # LMState(...) without the NamedTuple constructor's overhead (the hot paths)
+_START = LMState(0, ())
 
 
 def longest_match(window: tuple[int, ...], cap: int) -> tuple[int, int]:
@@ -265,154 +304,122 @@ def longest_match(window: tuple[int, ...], cap: int) -> tuple[int, int]:
 
 
 class NGramLM:
-    """Back-off n-gram greedy LM. `p_top`: how often the table's top continuation is taken (else a runner-up,
-    chosen by a hash of the position and the last `tail_len` tokens). `p_copy` (induction, as real LMs copy
-    from their context): how often, when the last two tokens occurred before within the last `copy_window`
-    tokens, the token that followed their most recent occurrence is taken instead (decided by the same kind of
-    hash). With p_copy > 0 a state is (position, tail, window reversed: the last token first).
+    """Back-off n-gram greedy LM configured by the text prior of a `SimConfig` (its fields' docs say what each
+    knob models). `p_top`: how often the table's top continuation is taken (else a runner-up, chosen by a hash of
+    the position and the tail). `p_copy` (induction, as real LMs copy from their context): how often, when the
+    last two tokens occurred before within the last COPY_WINDOW tokens, the token that followed their most recent
+    occurrence is taken instead (decided by the same kind of hash).
 
     `induction` > 0 (match-length copying, checked first): the longest suffix of the context that occurred
     before within the window (L tokens, up to INDUCTION_MAX) is continued as its most recent occurrence was, with
     probability p(L) = 1 - (1 - induction) * induction_decay^(L - 1), decided by a hash of the matched suffix
     alone (not the position): a real LM copies after a single matching token sometimes and almost surely once a
-    long span matches (measured on the real pair: docs/simulator-fidelity.md), and it copies the same way when
-    earlier tokens are garbled (lookahead's Jacobi cells), where the fixed two-token `p_copy` rarely fires.
+    long span matches, and it copies the same way when earlier tokens are garbled (lookahead's Jacobi cells).
     `surprise_copy` < 1: right after a token the target would not have written itself (a draft's wrong guess, a
-    Jacobi cell) it copies a match of L >= 2 tokens less, p(L) * (1 - (1 - surprise_copy) / 2^k) k steps later:
-    the real pair's target copied such matches about half as often right after such a token as on its own text,
-    and a lone matching token no less (docs/simulator-fidelity.md).
+    Jacobi cell) it copies a match of L >= 2 tokens less, p(L) * (1 - (1 - surprise_copy) / 2^k) k steps later.
     `forgive` > 0: after at least `forgive_run` tokens it would have written itself, it reads a token it would not
-    have written as its own one with that probability, and goes on as it would have (docs/simulator.md).
+    have written as its own one with that probability (a hash of the last FORGIVE_CTX tail tokens and the token):
+    its tail then holds its own token, so it goes on as it would have; the copy window keeps the token as written.
     `recall` > 0 with a `memory` (a REST datastore in the surrogate's ids, `ouroboros.datastore.Datastore`): right
-    after a token it would not have written, where its last >= `recall_min` tokens occur in the memory, it goes on
-    as the memory does with that probability (checked first), as a real LM that has read into text it knows
-    continues it (docs/simulator.md)."""
+    after a token it would not have written, where its last >= `recall_min` tokens occur in the memory, it takes
+    the memory's most frequent continuation of its longest matching suffix with that probability (checked first);
+    a token so recalled keeps the run of own tokens at 0: it is reading known text, not writing its own.
 
-    def __init__(self, corpus: str = "code", vocab_size: int = 4096, order: int = 4, tail_len: int = 8,
-                 p_top: float = 0.75, top: int = 3, seed: int = 0, p_copy: float = 0.0, copy_window: int = 256,
-                 pieces: str = "words", pos_grain: int = 1, choice_ctx: int = 0, local_frac: float = 0.0,
-                 local_ctx: int = 1, tokenizer_dir: str | None = None, induction: float = 0.0,
-                 induction_decay: float = 1.0, surprise_copy: float = 1.0, local_novel: bool = False,
-                 forgive: float = 0.0, forgive_run: int = 3, recall: float = 0.0, recall_min: int = 6,
-                 memory: Any = None):
-        if not 1 <= order <= tail_len:
-            raise OuroborosError(f"surrogate needs 1 <= order <= tail_len, got {order}, {tail_len}")
-        if not 0 <= p_top <= 1:
-            raise OuroborosError(f"surrogate p_top must be in [0, 1], got {p_top}")
-        if not 0 <= p_copy <= 1:
-            raise OuroborosError(f"surrogate p_copy must be in [0, 1], got {p_copy}")
-        if copy_window < 3:
-            raise OuroborosError(f"surrogate copy_window must be >= 3, got {copy_window}")
-        if pos_grain < 1:
-            raise OuroborosError(f"surrogate pos_grain must be >= 1, got {pos_grain}")
-        if not 0 <= choice_ctx <= tail_len:
-            raise OuroborosError(f"surrogate choice_ctx must be in [0, tail_len={tail_len}], got {choice_ctx}")
-        if not 0 <= local_frac <= 1:
-            raise OuroborosError(f"surrogate local_frac must be in [0, 1], got {local_frac}")
-        if not 1 <= local_ctx <= order:
-            raise OuroborosError(f"surrogate local_ctx must be in [1, order={order}], got {local_ctx}")
-        if not 0 <= induction < 1:
-            raise OuroborosError(f"surrogate induction must be in [0, 1), got {induction}")
-        if not 0 <= induction_decay <= 1:
-            raise OuroborosError(f"surrogate induction_decay must be in [0, 1], got {induction_decay}")
-        if not 0 <= surprise_copy <= 1:
-            raise OuroborosError(f"surrogate surprise_copy must be in [0, 1], got {surprise_copy}")
-        if not 0 <= forgive <= 1:
-            raise OuroborosError(f"surrogate forgive must be in [0, 1], got {forgive}")
-        if forgive_run < 1:
-            raise OuroborosError(f"surrogate forgive_run must be >= 1, got {forgive_run}")
-        if not 0 <= recall <= 1:
-            raise OuroborosError(f"surrogate recall must be in [0, 1], got {recall}")
-        if not 1 <= recall_min <= tail_len:
-            raise OuroborosError(f"surrogate recall_min must be in [1, tail_len={tail_len}], got {recall_min}")
-        self.p_copy, self.copy_window, self.pos_grain = p_copy, copy_window, pos_grain
-        # forgive > 0: after at least forgive_run tokens it would have written itself, the target reads a token it
-        # would not have written (a draft's or a Jacobi cell's wrong guess) as its own one with this probability
-        # (a hash of the last FORGIVE_CTX tail tokens and the token): its tail then holds its own token, so it goes
-        # on as it would have, as a real LM often does after a wrong token (lookahead's Jacobi guesses rely on it).
-        # The copy window keeps the token as written. States carry the run of own tokens last (capped at forgive_run).
-        self.forgive, self.forgive_run = float(forgive), int(forgive_run)
-        # recall > 0 with a memory: right after a token it would not have written (the run of own tokens is 0, so
-        # recall keeps that run too), where the last >= recall_min tail tokens occur in the memory, the target takes
-        # the memory's most frequent continuation of its longest matching suffix, with this probability (a hash of
-        # the last recall_min tokens): a real LM reading a REST draft past its first wrong token goes on with text
-        # it knows (Qwen2.5-Coder-1.5B predicts REST's stdlib datastore at 55% top-1; docs/simulator-fidelity.md).
-        # A token it recalled keeps the run at 0: it goes on reading the known text, it is not writing its own.
-        self.recall, self.recall_min, self.memory = float(recall), int(recall_min), memory
+    Two paths give the same answers: `reference_step` / `reference_predict` (plain, read these) and the closures
+    `step` / `predict` (the hot paths, memoised and specialised to the knobs that are on), property-tested equal
+    over random configurations (tests/test_sim_fast_paths.py)."""
+
+    def __init__(self, cfg: SimConfig | None = None, seed: int = 0, memory: Any = None,
+                 tokenizer_dir: str | None = None):
+        c = self.cfg = cfg or SimConfig()
+        self.seed, self.p_top, self.order, self.tail_len = seed, c.p_top, c.order, TAIL_LEN
+        self.p_copy, self.pos_grain, self.copy_window = c.p_copy, c.pos_grain, COPY_WINDOW
+        self.forgive, self.forgive_run = c.forgive, c.forgive_run
+        self.recall, self.recall_min, self.memory = c.recall, c.recall_min, memory
         self.recalling = self.recall > 0 and memory is not None
         self._recalled: dict[tuple[int, ...], int | None] = {}  # tail -> the memory's continuation (None: none)
-        self.forgiving = self.forgive > 0 or self.recalling
-        self.induction, self.induction_decay = induction, induction_decay
+        self.forgiving = self.forgive > 0 or self.recalling      # states count the run of own tokens
+        self.induction, self.induction_decay = c.induction, c.induction_decay
         # p(L) for L = 1..INDUCTION_MAX: the chance that a suffix match of L tokens is copied
-        self.induction_p = tuple(1 - (1 - induction) * induction_decay ** (n - 1) for n in range(1, INDUCTION_MAX + 1))
-        # local_novel: the local rule decides only contexts whose last local_ctx tokens did not occur earlier in the
-        # window, so it continues phrases the same way wherever they were begun but never makes the text loop (a
-        # recurring context is continued by the ordinary rules, the fitted copying included)
-        self.local_novel = bool(local_novel) and local_frac > 0
-        self.windowed = bool(p_copy or induction or self.local_novel)  # states carry the reversed window
-        # surprise_copy < 1 (with induction): states also carry k = steps since the last token the target would not
-        # have written itself (capped at SURPRISE_MAX), and copying is scaled by 1 - (1 - surprise_copy) / 2^k
-        self.surprised = bool(induction) and surprise_copy < 1
-        self.surprise_copy = surprise_copy
-        self.surprise_s = tuple(1 - (1 - surprise_copy) / 2**k for k in range(SURPRISE_MAX + 1))
-        self.local_frac, self.local_ctx = local_frac, local_ctx
-        self.choice_ctx = choice_ctx or tail_len
-        if pieces != "real":
+        self.induction_p = tuple(1 - (1 - c.induction) * c.induction_decay ** (n - 1)
+                                 for n in range(1, INDUCTION_MAX + 1))
+        self.local_frac, self.local_ctx = c.local_frac, c.local_ctx
+        self.local_novel = c.local_novel and c.local_frac > 0
+        self.windowed = bool(c.p_copy or c.induction or self.local_novel)  # states carry the window
+        self.surprised = bool(c.induction) and c.surprise_copy < 1        # states count calm steps
+        self.surprise_copy = c.surprise_copy
+        self.surprise_s = tuple(1 - (1 - c.surprise_copy) / 2**k for k in range(SURPRISE_MAX + 1))
+        self.choice_ctx = c.choice_ctx or TAIL_LEN
+        if c.pieces != "real":
             tokenizer_dir = None  # the surrogate's own pieces: no real tokenizer involved
-        self.corpus = load_corpus(corpus, vocab_size, pieces, tokenizer_dir)
+        self.corpus = load_corpus(c.corpus, c.vocab, c.pieces, tokenizer_dir)
         self.vocab_size = self.corpus.tokenizer.vocab_size
         self.plain_vocab = self.corpus.tokenizer.plain_vocab  # ids 1..plain_vocab - 1: ordinary tokens
-        self.table = ngram_table(corpus, vocab_size, order, top, pieces, tokenizer_dir)
-        self._corpus_key = (corpus, vocab_size, pieces, tokenizer_dir)
-        self.order, self.tail_len, self.p_top, self.seed = order, tail_len, p_top, seed
+        self.table = ngram_table(c.corpus, c.vocab, c.order, TOP, c.pieces, tokenizer_dir)
+        self._corpus_key = (c.corpus, c.vocab, c.pieces, tokenizer_dir)
         self._backoff: dict[tuple[int, ...], tuple[int, ...]] = {}  # last `order` tokens -> candidates (() = none)
-        # The hot paths: closures equal to `reference_step` / `reference_predict` (tests/test_sim_fast_paths.py).
-        self.step: Callable[[State, int], State] = self._fast_step()
-        self.predict: Callable[[State], int] = self._fast_predict()
+        self.step: Callable[[LMState, int], LMState] = self._fast_step()
+        self.predict: Callable[[LMState], int] = self._fast_predict()
 
-    def start(self) -> State:
-        run = (0,) if self.forgiving else ()
-        if self.surprised:
-            return (0, (), (), SURPRISE_MAX) + run
-        return ((0, (), ()) if self.windowed else (0, ())) + run
+    def start(self) -> LMState:
+        return _START
 
-    def forgiven(self, state: State, token: int) -> bool:
-        """Whether the target reads `token` (one it would not have written at `state`) as its own (see forgive)."""
-        return state[-1] >= self.forgive_run and uniform(hash((state[1][-FORGIVE_CTX:], token, self.seed, 29))) < \
-            self.forgive
-
-    def reference_step(self, state: State, token: int) -> State:
+    # ------------------------------------------------------------------------------------- the plain path
+    def reference_step(self, state: LMState, token: int) -> LMState:
         own = self.reference_predict(state) if self.surprised or self.forgiving else token
-        read = token
-        run: tuple[int, ...] = ()
+        read, run = token, state.run
         if self.forgiving:  # its own token, or one it reads as its own, lengthens the run; any other ends it
             if token == own and self.recalled(state) is not None:
-                run = (0,)  # a token it recalled: it is still reading known text, not writing its own
+                run = 0  # a token it recalled: it is still reading known text, not writing its own
             elif token == own or self.forgiven(state, token):
-                read, run = own, (min(state[-1] + 1, self.forgive_run),)
+                read, run = own, min(state.run + 1, self.forgive_run)
             else:
-                run = (0,)
-        tail = state[1] + (read,)
-        out = (state[0] + 1, tail[-self.tail_len:] if len(tail) > self.tail_len else tail)
-        if self.surprised:
-            k = 0 if read != own else min(state[3] + 1, SURPRISE_MAX)
-            return out + (((token,) + state[2])[: self.copy_window], k) + run
-        if self.windowed:
-            return out + (((token,) + state[2])[: self.copy_window],) + run
-        return out + run
+                run = 0
+        tail = (state.tail + (read,))[-TAIL_LEN:]
+        window = ((token,) + state.window)[:COPY_WINDOW] if self.windowed else ()
+        calm = (0 if read != own else min(state.calm + 1, SURPRISE_MAX)) if self.surprised else state.calm
+        return LMState(state.pos + 1, tail, window, calm, run)
 
-    def induced(self, state: State) -> int | None:
+    def reference_predict(self, state: LMState) -> int:
+        r = self.recalled(state)
+        if r is not None:
+            return r
+        c = self.induced(state)
+        if c is not None:
+            return c
+        return self.reference_rest(state)
+
+    def reference_rest(self, state: LMState) -> int:
+        """The prediction when recall and match-length copying do not fire."""
+        if self.local_frac:
+            lk = state.tail[-self.local_ctx:]
+            if lk and uniform(hash((lk, self.seed, SALT_LOCAL))) < self.local_frac and not (
+                    self.local_novel and longest_match(state.window, len(lk))[0] == len(lk)):
+                return self.pick(self.candidates(lk), uniform(hash((lk, self.seed, SALT_LOCAL_PICK))))
+        key = self.choice_key(state)
+        if self.p_copy and uniform(hash((key, self.seed, SALT_COPY))) < self.p_copy:
+            c = self.copied(state.window)
+            if c is not None:
+                return c
+        return self.pick(self.candidates(state.tail), uniform(hash((key, self.seed))))
+
+    def forgiven(self, state: LMState, token: int) -> bool:
+        """Whether the target reads `token` (one it would not have written at `state`) as its own (see forgive)."""
+        return state.run >= self.forgive_run and \
+            uniform(hash((state.tail[-FORGIVE_CTX:], token, self.seed, SALT_FORGIVE))) < self.forgive
+
+    def induced(self, state: LMState) -> int | None:
         """The token match-length copying takes at this state (see the class doc), or None (no match, the coin
         says no, or the copy would be a special token)."""
         if not self.induction:
             return None
-        n, tok = longest_match(state[2], INDUCTION_MAX)
+        n, tok = longest_match(state.window, INDUCTION_MAX)
         if not n or tok >= self.plain_vocab:
             return None
         p = self.induction_p[n - 1]
         if self.surprised and n > 1:  # a lone surprising token is still continued as it was before
-            p *= self.surprise_s[state[3]]
-        if uniform(hash((state[2][:n], self.seed, 19))) < p:
+            p *= self.surprise_s[state.calm]
+        if uniform(hash((state.window[:n], self.seed, SALT_INDUCTION))) < p:
             return tok
         return None
 
@@ -440,13 +447,13 @@ class NGramLM:
                 return c
         return (int(uniform(hash((tail, self.seed))) * (self.plain_vocab - 1)) + 1,)
 
-    def choice_key(self, state: State) -> State:
+    def choice_key(self, state: LMState) -> tuple[Any, ...]:
         """What the varied choices (copy or not, which runner-up) hash: the position (in blocks of `pos_grain`
-        tokens) and the tail."""
+        tokens) and the tail (its last `choice_ctx` tokens)."""
         g, c = self.pos_grain, self.choice_ctx
-        if g == 1 and c == self.tail_len:
-            return state[:2]
-        return (state[0] // g, state[1][-c:])
+        if g == 1 and c == TAIL_LEN:
+            return (state.pos, state.tail)
+        return (state.pos // g, state.tail[-c:])
 
     def pick(self, cands: tuple[int, ...], u: float) -> int:
         """The top continuation with probability p_top (u < p_top), else a runner-up chosen by u."""
@@ -454,14 +461,14 @@ class NGramLM:
             return cands[0]
         return cands[1 + min(int((u - self.p_top) / (1 - self.p_top) * (len(cands) - 1)), len(cands) - 2)]
 
-    def recalled(self, state: State) -> int | None:
+    def recalled(self, state: LMState) -> int | None:
         """The token the memory continues the context with at this state (see recall), or None (not right after a
         token the target would not have written, the coin says no, no match of recall_min tokens, or a special
         token)."""
-        if not self.recalling or state[-1] or not state[0]:
+        if not self.recalling or state.run or not state.pos:
             return None
-        tail, m = state[1], self.recall_min
-        if len(tail) < m or uniform(hash((tail[-m:], self.seed, 31))) >= self.recall:
+        tail, m = state.tail, self.recall_min
+        if len(tail) < m or uniform(hash((tail[-m:], self.seed, SALT_RECALL))) >= self.recall:
             return None
         if tail not in self._recalled:
             if len(self._recalled) > 100_000:
@@ -471,86 +478,63 @@ class NGramLM:
             self._recalled[tail] = tok if tok is not None and 0 < tok < self.plain_vocab else None
         return self._recalled[tail]
 
-    def reference_predict(self, state: State) -> int:
-        r = self.recalled(state)
-        if r is not None:
-            return r
-        c = self.induced(state)
-        if c is not None:
-            return c
-        return self.reference_rest(state)
-
-    def reference_rest(self, state: State) -> int:
-        """The prediction when match-length copying does not fire."""
-        if self.local_frac:
-            lk = state[1][-self.local_ctx:]
-            if lk and uniform(hash((lk, self.seed, 13))) < self.local_frac and not (
-                    self.local_novel and longest_match(state[2], len(lk))[0] == len(lk)):
-                return self.pick(self.candidates(lk), uniform(hash((lk, self.seed, 17))))
-        key = self.choice_key(state)
-        if self.p_copy and uniform(hash((key, self.seed, 11))) < self.p_copy:
-            c = self.copied(state[2])
-            if c is not None:
-                return c
-        return self.pick(self.candidates(state[1]), uniform(hash((key, self.seed))))
-
-    def _fast_step(self) -> Callable[[State, int], State]:
-        cut, win = -self.tail_len, self.copy_window
-
-        def step(state: State, token: int) -> State:
-            return (state[0] + 1, (state[1] + (token,))[cut:])  # a short tail's full slice is the tail itself
-
-        def step_copy(state: State, token: int) -> State:
-            return (state[0] + 1, (state[1] + (token,))[cut:], ((token,) + state[2])[:win])
-
+    # ------------------------------------------------------------------------------------- the hot paths
+    def _fast_step(self) -> Callable[[LMState, int], LMState]:
+        """`reference_step`, specialised to the knobs that are on."""
         if self.forgiving:
-            self._memo: dict[int, tuple[State, int]] = {}
-            return self._forgiving_step(cut, win)
+            self._memo: dict[int, tuple[LMState, int]] = {}
+            return self._forgiving_step()
+        new, cls, top, calm0 = _new_state, LMState, SURPRISE_MAX, SURPRISE_MAX
         if self.surprised:
-            top = SURPRISE_MAX
-
-            def step_surprise(state: State, token: int) -> State:
-                k = 0 if token != self.predict(state) else min(state[3] + 1, top)
-                return (state[0] + 1, (state[1] + (token,))[cut:], ((token,) + state[2])[:win], k)
+            def step_surprise(state: LMState, token: int) -> LMState:
+                k = 0 if token != self.predict(state) else min(state.calm + 1, top)
+                return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:],
+                                 ((token,) + state.window)[:COPY_WINDOW], k, 0))
 
             return step_surprise
-        return step_copy if self.windowed else step
+        if self.windowed:
+            def step_window(state: LMState, token: int) -> LMState:
+                return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:],
+                                 ((token,) + state.window)[:COPY_WINDOW], calm0, 0))
 
-    def _forgiving_step(self, cut: int, win: int) -> Callable[[State, int], State]:
-        """`reference_step` with sim.forgive on."""
-        need, r, seed, fcut = self.forgive_run, self.forgive, self.seed, -FORGIVE_CTX
-        mult, mask, scale = _GOLDEN, _MASK64, _INV53
-        surprised, windowed, top = self.surprised, self.windowed, SURPRISE_MAX
+            return step_window
 
-        recalling, recalled = self.recalling, self.recalled
-
-        def step(state: State, token: int) -> State:
-            own, run = self.predict(state), state[-1]   # memoised (`_fast_predict`): a strategy reads it too
-            read = token
-            if token == own and not run and recalling and recalled(state) is not None:
-                pass  # a token it recalled: it is still reading known text (the run stays 0)
-            elif token == own or (run >= need and
-                                  (((hash((state[1][fcut:], token, seed, 29)) * mult) & mask) >> 11) * scale < r):
-                read, run = own, (run + 1 if run < need else need)
-            else:
-                run = 0
-            tail = (state[1] + (read,))[cut:]
-            if surprised:
-                k = 0 if read != own else min(state[3] + 1, top)
-                return (state[0] + 1, tail, ((token,) + state[2])[:win], k, run)
-            if windowed:
-                return (state[0] + 1, tail, ((token,) + state[2])[:win], run)
-            return (state[0] + 1, tail, run)
+        def step(state: LMState, token: int) -> LMState:
+            return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:], (), calm0, 0))
 
         return step
 
-    def _fast_predict(self) -> Callable[[State], int]:
+    def _forgiving_step(self) -> Callable[[LMState, int], LMState]:
+        """`reference_step` with sim.forgive (or recall) on."""
+        need, r, seed, fcut = self.forgive_run, self.forgive, self.seed, -FORGIVE_CTX
+        mult, mask, scale = _GOLDEN, _MASK64, _INV53
+        surprised, windowed, top = self.surprised, self.windowed, SURPRISE_MAX
+        recalling, recalled, new, cls = self.recalling, self.recalled, _new_state, LMState
+
+        def step(state: LMState, token: int) -> LMState:
+            own, run = self.predict(state), state.run   # memoised (`_fast_predict`): a strategy reads it too
+            read = token
+            if token == own and not run and recalling and recalled(state) is not None:
+                pass  # a token it recalled: it is still reading known text (the run stays 0)
+            elif token == own or (run >= need and (((hash((state.tail[fcut:], token, seed, SALT_FORGIVE)) * mult)
+                                                    & mask) >> 11) * scale < r):
+                read, run = own, (run + 1 if run < need else need)
+            else:
+                run = 0
+            calm = (0 if read != own else min(state.calm + 1, top)) if surprised else state.calm
+            window = ((token,) + state.window)[:COPY_WINDOW] if windowed else ()
+            return new(cls, (state.pos + 1, (state.tail + (read,))[-TAIL_LEN:], window, calm, run))
+
+        return step
+
+    def _fast_predict(self) -> Callable[[LMState], int]:
+        """`reference_predict`: recall, then match-length copying, then `_fast_rest`."""
         rest = self.rest = self._fast_rest()
-        predict: Callable[[State], int] = rest
+        predict: Callable[[LMState], int] = rest
         if self.induction:
             induced = self.induced
 
-            def predict_induced(state: State) -> int:
+            def predict_induced(state: LMState) -> int:
                 c = induced(state)
                 return rest(state) if c is None else c
 
@@ -558,8 +542,8 @@ class NGramLM:
         if self.recalling:
             recalled, inner = self.recalled, predict
 
-            def predict_recall(state: State) -> int:
-                if state[-1] or not state[0]:  # not right after a token it would not have written
+            def predict_recall(state: LMState) -> int:
+                if state.run or not state.pos:  # not right after a token it would not have written
                     return inner(state)
                 r = recalled(state)
                 return inner(state) if r is None else r
@@ -572,7 +556,7 @@ class NGramLM:
         # reused while its entry lives; a prediction is a pure function of the state).
         memo, plain = self._memo, predict
 
-        def predict_memo(state: State) -> int:
+        def predict_memo(state: LMState) -> int:
             hit = memo.get(id(state))
             if hit is not None and hit[0] is state:
                 return hit[1]
@@ -584,7 +568,7 @@ class NGramLM:
 
         return predict_memo
 
-    def _fast_rest(self) -> Callable[[State], int]:
+    def _fast_rest(self) -> Callable[[LMState], int]:
         """`reference_rest` with the back-off search memoised per context (the last `order` tokens decide it,
         except the unknown-context fallback, which hashes the whole tail). Not memoised per state: strategies
         rarely ask about the same context twice (lookahead's probes are new contexts every step)."""
@@ -593,33 +577,21 @@ class NGramLM:
         span = 1 - p_top
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
         p_copy, copied, grain, cut = self.p_copy, self.copied, self.pos_grain, -self.choice_ctx
-        local = grain > 1 or self.choice_ctx < self.tail_len
-        windowed, forgiving = self.windowed, self.forgiving
+        local = grain > 1 or self.choice_ctx < TAIL_LEN
         lfrac, lcut, pick, novel = self.local_frac, -self.local_ctx, self.pick, self.local_novel
 
-        def predict(state: State) -> int:
+        def predict(state: LMState) -> int:
+            tail = state.tail
             if lfrac:
-                lk = state[1][lcut:]
-                if lk and (((hash((lk, seed, 13)) * mult) & mask) >> 11) * scale < lfrac and not (
-                        novel and longest_match(state[2], len(lk))[0] == len(lk)):
-                    return pick(candidates(lk), (((hash((lk, seed, 17)) * mult) & mask) >> 11) * scale)
-            if local:
-                key = (state[0] // grain, state[1][cut:])
-                if p_copy and (((hash((key, seed, 11)) * mult) & mask) >> 11) * scale < p_copy:
-                    cp = copied(state[2])
-                    if cp is not None:
-                        return cp
-            elif p_copy:
-                key = state[:2]
-                if (((hash((key, seed, 11)) * mult) & mask) >> 11) * scale < p_copy:
-                    cp = copied(state[2])
-                    if cp is not None:
-                        return cp
-            elif windowed or forgiving:
-                key = state[:2]
-            else:
-                key = state
-            tail = state[1]
+                lk = tail[lcut:]
+                if lk and (((hash((lk, seed, SALT_LOCAL)) * mult) & mask) >> 11) * scale < lfrac and not (
+                        novel and longest_match(state.window, len(lk))[0] == len(lk)):
+                    return pick(candidates(lk), (((hash((lk, seed, SALT_LOCAL_PICK)) * mult) & mask) >> 11) * scale)
+            key = (state.pos // grain, tail[cut:]) if local else (state.pos, tail)   # choice_key
+            if p_copy and (((hash((key, seed, SALT_COPY)) * mult) & mask) >> 11) * scale < p_copy:
+                cp = copied(state.window)
+                if cp is not None:
+                    return cp
             ctx = tail[-order:]
             cands = backoff.get(ctx)
             if cands is None:
@@ -632,7 +604,7 @@ class NGramLM:
                 backoff[ctx] = cands
             if not cands:
                 cands = candidates(tail)
-            u = (((hash((key, seed)) * mult) & mask) >> 11) * scale  # uniform(hash((state[:2], seed)))
+            u = (((hash((key, seed)) * mult) & mask) >> 11) * scale  # uniform(hash((key, seed)))
             if u < p_top or len(cands) == 1:
                 out = cands[0]
             else:
@@ -653,35 +625,26 @@ class NGramLM:
 
 # ---------------------------------------------------------------------------------------------- drafts
 class NoisyDraftLM:
-    """Draft q agreeing with `target` except at bursty, content-bound mismatch events (see module doc).
-    `alpha_copy` (None: off): where the target copies by match-length induction, the draft agrees with this
-    probability instead (a small real model copies its context as reliably as a large one: the real pair's draft
-    agreed on every copied token of HumanEval, on about 0.8 of the others)."""
+    """Draft q agreeing with `target` except at bursty, content-bound mismatch events (see module doc), with the
+    draft-agreement knobs of a `SimConfig`. `alpha_copy` (None: off): where the target copies by match-length
+    induction, the draft agrees with this probability instead (a small real model copies its context as reliably
+    as a large one: the real pair's draft agreed on every copied token of HumanEval, on about 0.8 of the others)."""
 
-    def __init__(self, target: NGramLM, alpha_easy: float = 0.92, alpha_hard: float = 0.45, hard_frac: float = 0.25,
-                 burst_len: int = 24, content_len: int = 3, p_shift: float = 0.5, seed: int = 1,
-                 alpha_copy: float | None = None):
-        for nm, v in (("alpha_easy", alpha_easy), ("alpha_hard", alpha_hard), ("hard_frac", hard_frac),
-                      ("p_shift", p_shift)):
-            if not 0 <= v <= 1:
-                raise OuroborosError(f"surrogate draft {nm} must be in [0, 1], got {v}")
-        if burst_len < 1 or content_len < 1:
-            raise OuroborosError("surrogate draft burst_len and content_len must be >= 1")
-        if alpha_copy is not None and not 0 <= alpha_copy <= 1:
-            raise OuroborosError(f"surrogate draft alpha_copy must be in [0, 1] (or null: off), got {alpha_copy}")
-        self.alpha_copy = alpha_copy if target.induction else None  # without induction nothing is a copy
+    def __init__(self, target: NGramLM, cfg: SimConfig | None = None, seed: int = 1):
+        c = cfg or SimConfig()
+        self.alpha_copy = c.alpha_copy if target.induction else None  # without induction nothing is a copy
         self.target = target
         self.vocab_size, self.plain_vocab = target.vocab_size, target.plain_vocab
-        self.alpha_easy, self.alpha_hard, self.hard_frac = alpha_easy, alpha_hard, hard_frac
-        self.burst_len, self.content_len, self.p_shift, self.seed = burst_len, content_len, p_shift, seed
+        self.alpha_easy, self.alpha_hard, self.hard_frac = c.alpha_easy, c.alpha_hard, c.hard_frac
+        self.burst_len, self.seed = c.burst_len, seed
         self.start, self.step = target.start, target.step
         self._hard: dict[int, bool] = {}  # stretch index -> hard?
-        self.predict: Callable[[State], int] = self._fast_predict()  # == reference_predict
+        self.predict: Callable[[LMState], int] = self._fast_predict()  # == reference_predict
 
     def _is_hard(self, stretch: int) -> bool:
-        return uniform(hash((stretch, self.seed, 7))) < self.hard_frac
+        return uniform(hash((stretch, self.seed, SALT_HARD))) < self.hard_frac
 
-    def reference_predict(self, state: State) -> int:
+    def reference_predict(self, state: LMState) -> int:
         t = self.target
         if self.alpha_copy is not None:
             c = t.induced(state)
@@ -690,33 +653,33 @@ class NoisyDraftLM:
             p = t.reference_rest(state)
         else:
             p = t.reference_predict(state)
-        hard = self._is_hard(state[0] // self.burst_len)
-        u = uniform(hash((state[1][-self.content_len:], self.seed)))
+        hard = self._is_hard(state.pos // self.burst_len)
+        u = uniform(hash((state.tail[-CONTENT_LEN:], self.seed)))
         if u < (self.alpha_hard if hard else self.alpha_easy):
             return p
         return self._mismatch(state, p)
 
-    def _copy_agrees(self, state: State) -> bool:
-        return uniform(hash((state[1][-self.content_len:], self.seed, 23))) < self.alpha_copy  # type: ignore[operator]
+    def _copy_agrees(self, state: LMState) -> bool:
+        return uniform(hash((state.tail[-CONTENT_LEN:], self.seed, SALT_COPY_AGREES))) < self.alpha_copy  # type: ignore[operator]
 
-    def _mismatch(self, state: State, p: int) -> int:
-        t, tail = self.target, state[1]
-        if uniform(hash((tail, self.seed, 3))) < self.p_shift:      # one place too early: the token after p
+    def _mismatch(self, state: LMState, p: int) -> int:
+        t, tail = self.target, state.tail
+        if uniform(hash((tail, self.seed, SALT_SHIFT))) < P_SHIFT:   # one place too early: the token after p
             q = t.predict(t.step(state, p))
-        else:                                                       # the target's runner-up
+        else:                                                      # the target's runner-up
             cands = t.candidates(tail)
             q = cands[1] if len(cands) > 1 and cands[0] == p else cands[0]
         return q if q != p else (p % (self.plain_vocab - 1)) + 1
 
-    def _fast_predict(self) -> Callable[[State], int]:
+    def _fast_predict(self) -> Callable[[LMState], int]:
         hard_of, is_hard, mismatch, target_predict = self._hard, self._is_hard, self._mismatch, self.target.predict
-        burst_len, cut, seed = self.burst_len, -self.content_len, self.seed
+        burst_len, cut, seed = self.burst_len, -CONTENT_LEN, self.seed
         alpha_easy, alpha_hard = self.alpha_easy, self.alpha_hard
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
         induced, rest, copy_agrees = self.target.induced, self.target.rest, self._copy_agrees
         by_copy = self.alpha_copy is not None
 
-        def predict(state: State) -> int:
+        def predict(state: LMState) -> int:
             if by_copy:
                 c = induced(state)
                 if c is not None:
@@ -724,11 +687,11 @@ class NoisyDraftLM:
                 p = rest(state)
             else:
                 p = target_predict(state)
-            stretch = state[0] // burst_len
+            stretch = state.pos // burst_len
             hard = hard_of.get(stretch)
             if hard is None:
                 hard = hard_of[stretch] = is_hard(stretch)
-            u = (((hash((state[1][cut:], seed)) * mult) & mask) >> 11) * scale
+            u = (((hash((state.tail[cut:], seed)) * mult) & mask) >> 11) * scale
             return p if u < (alpha_hard if hard else alpha_easy) else mismatch(state, p)
 
         return predict
@@ -737,15 +700,15 @@ class NoisyDraftLM:
 class IIDDraftLM:
     """Draft q that equals the target's token with probability `alpha`, independently at every position."""
 
-    def __init__(self, target: TokenModel, alpha: float, seed: int = 1):
+    def __init__(self, target: NGramLM, alpha: float, seed: int = 1):
         if not 0 <= alpha < 1:
             raise OuroborosError(f"i.i.d. draft alpha must be in [0, 1), got {alpha}")
         self.target, self.alpha, self.seed = target, alpha, seed
         self.vocab_size = target.vocab_size
         self.start, self.step = target.start, target.step
 
-    def predict(self, state: Any) -> int:
+    def predict(self, state: LMState) -> int:
         p = self.target.predict(state)
-        if uniform(hash((state[:2], self.seed))) < self.alpha:
+        if uniform(hash(((state.pos, state.tail), self.seed))) < self.alpha:
             return p
         return (p % (self.vocab_size - 1)) + 1  # any other token (never EOS)

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
+from simulators.simconfig import SimConfig
 from simulators.surrogate import PieceTokenizer, RealTokenizer
-
-MODES = ("surrogate", "tokenizer", "ratio")
 
 
 class RealCountTokenizer:
@@ -109,25 +108,23 @@ def fetched_tokenizer_dir(model: dict[str, Any]) -> Path:
     return path
 
 
-def real_tokenizer_dir(opts: dict[str, Any], model: dict[str, Any]) -> Path:
-    """The pair's real tokenizer directory: sim.tokenizer, else the fetched pair's."""
-    path = Path(opts["tokenizer"]) if opts["tokenizer"] else fetched_tokenizer_dir(model)
+def real_tokenizer_dir(tokenizer: str | None, model: dict[str, Any]) -> Path:
+    """The pair's real tokenizer directory: `tokenizer` (sim.tokenizer), else the fetched pair's."""
+    path = Path(tokenizer) if tokenizer else fetched_tokenizer_dir(model)
     if not path.is_dir():
         raise OuroborosError(f"sim.tokenizer {str(path)!r} is not a directory")
     return path
 
 
-def prompt_tokenizer(opts: dict[str, Any], model: dict[str, Any], surrogate: PieceTokenizer | RealTokenizer) -> Any:
+def prompt_tokenizer(opts: SimConfig, model: dict[str, Any], surrogate: PieceTokenizer | RealTokenizer) -> Any:
     """The tokenizer the simulated pair hands to the dataset loaders, per sim.prompt_tokens. A surrogate that
     speaks real ids (`sim.pieces=real`) is itself the real tokenizer: prompts get real ids whatever the mode."""
-    mode = opts["prompt_tokens"]
-    if mode not in MODES:
-        raise OuroborosError(f"sim.prompt_tokens must be one of {', '.join(MODES)}, got {mode!r}")
+    mode = opts.prompt_tokens
     if isinstance(surrogate, RealTokenizer) or mode == "surrogate":
         return surrogate
     if mode == "ratio":
-        return RatioTokenizer(surrogate, opts["chars_per_token"])
-    path = real_tokenizer_dir(opts, model)
+        return RatioTokenizer(surrogate, opts.chars_per_token or 0.0)
+    path = real_tokenizer_dir(opts.tokenizer, model)
     from transformers import AutoTokenizer
 
     return RealCountTokenizer(surrogate, AutoTokenizer.from_pretrained(str(path)))

@@ -1,43 +1,28 @@
-"""`python -m simulators.validate {paper,sensitivity,closed-form,copy-rate}`: the simulator's checks, as tables.
+"""`python -m simulators.validate CHECK`: the simulator's checks against published and real figures, as tables.
 
-paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting). Calibrated on the published vanilla and
-  speculative (SpS) figures ONLY; lookahead and Ouroboros token/s and block efficiency are then PREDICTED and
-  printed against the published figures with relative errors and whether the methods' speed ordering is right.
-  Calibration (every knob comes from vanilla + SpS figures or a stated prior; nothing from lookahead/Ouroboros):
-  (1) cost = the spec-sheet roofline of each model on the machine (`cost_model.from_spec`: weight streaming at
-      bw_eff of peak HBM bandwidth, 2 FLOP/parameter/token at flop_eff of peak, pipeline hops, the eager
-      attention's memory traffic over the task's typical prompt length + output) PLUS one fitted
-      per-forward overhead (HF eager framework time), replacing the profile's estimated overheads: the target's
-      per task, so simulated vanilla token/s equals the published one; the draft's (--draft-overhead scaled, the
-      default) r x the task's target overhead, one ratio r for all tasks (least squares in log SpS token/s over
-      the tasks with an SpS figure). The overhead is the run's framework time per forward (kernel launches,
-      Python), which the hardware profile already models as forward + layers x layer overhead for BOTH models; a
-      task whose vanilla run had less of it (MBPP: 8 ms against 20-25 ms) had less for its draft too. --draft-overhead
-      shared: one draft overhead for all tasks (least squares likewise; the earlier calibration). Overheads
-      are additive: a 240-token lookahead forward pays the FLOPs of 240 tokens once, plus one overhead (a
-      multiplicative scale would wrongly multiply the FLOPs too).
-  (2) per task, the surrogate draft's agreement knob so simulated SpS block efficiency equals the published one;
-  (3) the SpS draft length: the paper does not print it, and it is NOT Ouroboros' gamma (GSM8K's published SpS
-      block efficiency 5.23 exceeds gamma + 1 = 5). Default prior (--sps hf): the baseline is HF transformers'
-      assisted generation, as the official repository's SpS baseline code is (benchmark/test_specbench/model/sps/
-      decoding.py: `assisted_decoding` with `AssistedCandidateGenerator`), whose default "heuristic" schedule
-      starts at 5 draft tokens, +2 after a fully accepted draft, else -1, kept across prompts (`strategy=speculative
-      strategy.params.schedule=hf`).
-      Alternative (--sps tuned): a fixed gamma per task (1..GAMMA_MAX), the one maximising simulated SpS token/s.
-      On the calibration data the HF prior fits the four published SpS token/s slightly better (rms 6.5% vs 7.0%).
-  (2), (3) and the draft overhead are solved with an exact fast replay of greedy SpS on the surrogate's agreement
-  trace (`sps_plan`; `paper` checks it against the loop).
-  Lookahead runs with the task's W = G and N (the paper does not list its lookahead settings; flagged).
+paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting), calibrated on the published vanilla and
+  speculative (SpS) figures only; lookahead and Ouroboros token/s and block efficiency are then predicted and
+  printed against the published figures, with relative errors and whether the methods' speed ordering is right.
+  Per task (`calibrate`): (1) the cost is the spec-sheet roofline of each model on the machine plus one fitted
+  per-forward overhead each (the target's so simulated vanilla token/s equals the published one; the draft's r x
+  the task's target overhead, one r for all tasks by least squares in log SpS token/s; --draft-overhead shared:
+  one draft overhead for all tasks); (2) the surrogate draft's agreement knob (`agreement`) so simulated SpS block
+  efficiency equals the published one; (3) the SpS draft length, which the paper does not print: --sps hf (the
+  default) is transformers' assisted-generation schedule, as the official SpS baseline uses (starts at 5, +2 after
+  a fully accepted draft, else -1); --sps tuned, the fixed gamma per task that maximises simulated SpS token/s.
+  (2), (3) and the draft overhead are solved on an exact fast replay of greedy SpS on the surrogate's agreement
+  trace (`sps_plan`), checked against the loop. Lookahead runs with the task's W = G and N (flagged: the paper does
+  not list its lookahead settings). --text decisions takes the surrogate target's text knobs from the real
+  Qwen2.5-Coder pair's decision profiles; --profiles predicts from the stored Yi profiles instead of fitting.
 sensitivity: the paper's GSM8K 3x3x3 grid (gamma x W x beta) on the `paper` calibration: predicted best, worst and
   std of Ouroboros token/s vs the published ones (held out, like every Ouroboros figure).
 closed-form: speculative on the i.i.d. surrogate vs E(gamma, alpha) = (1 - alpha^(gamma+1)) / (1 - alpha).
 copy-rate: how often real continuations repeat what followed their last two tokens earlier, vs the surrogate
-  target, and the surrogate `p_copy` that matches (simulators/copyrate.py). `paper --p-copy fit` runs the table
-  with those values (code tasks from HumanEval, prose tasks from MT-Bench; no paper figure is used).
+  target, and the surrogate `p_copy` that matches (simulators/copyrate.py).
+decisions: real vs simulated decision statistics on held-out prompts (simulators/decisions.py).
 
-Published figures: conf/calibration/yi34b_6b_a800x2.yaml (arXiv 2402.13720, Tables 1-3) and, for CNN/DM and WMT16
-token/s, the official repository's README table (github.com/thunlp/Ouroboros, "Yi 34b/6b tok/s"; its
-Ouroboros-with-warm-start speed-ups are the paper's 1.55x / 1.35x). Knows nothing of real models.
+Published figures: conf/calibration/yi34b_6b_a800x2.yaml (arXiv 2402.13720, Tables 1-3, and the official
+repository's README for CNN/DM and WMT16 token/s). Knows nothing of real models.
 """
 
 from __future__ import annotations

@@ -154,10 +154,11 @@ def test_cli_rejects_before_loading_any_model():
 
 
 def test_every_sim_option_is_in_the_sim_config():
-    """conf/sim/default.yaml lists every simulator option with its default, so `sim.<key>=v` works for all."""
+    """conf/sim/default.yaml lists every simulator option (SimConfig's fields) with its default, so `sim.<key>=v`
+    works for all."""
     import yaml
 
-    from simulators.pair import SIM_DEFAULTS
+    from simulators.simconfig import SimConfig
 
     conf = yaml.safe_load(open(ROOT / "conf" / "sim" / "default.yaml"))
-    assert conf == SIM_DEFAULTS
+    assert conf == SimConfig().as_dict()

@@ -7,6 +7,8 @@ import random
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ouroboros.draft import Draft
 from simulators import make_pair
@@ -79,7 +81,7 @@ def test_lazy_preds_behave_as_a_list():
 @pytest.mark.parametrize("corpus", ["code", "pycode", "prose"])
 def test_fast_surrogate_equals_reference(corpus, p_copy, induction, alpha_copy, surprise):
     pair = make_pair(MODEL, HW, {"corpus": corpus, "alpha_easy": 0.7, "alpha_hard": 0.3, "p_copy": p_copy,
-                                 "copy_window": 16, "induction": induction, "induction_decay": 0.6,
+                                 "induction": induction, "induction_decay": 0.6,
                                  "alpha_copy": alpha_copy, "surprise_copy": surprise}, seed=5)
     p, q = pair.target.lm, pair.draft.lm
     rng = random.Random(1)
@@ -129,14 +131,14 @@ def test_golden_copied():
 
 def test_copying_surrogate_copies_as_often_as_asked():
     """With p_copy = 1 every prediction whose last two tokens occurred before repeats what followed them."""
-    from simulators.surrogate import NGramLM
+    from simulators.surrogate import NGramLM, plain_config
 
-    lm = NGramLM("code", 4096, p_copy=1.0, copy_window=64)
+    lm = NGramLM(plain_config(p_copy=1.0))
     st, hits, found = lm.start(), 0, 0
     for t in [5, 9, 13, 2, 5, 9]:
         st = lm.step(st, t)
     for _ in range(30):
-        c = NGramLM.copied(st[2])
+        c = NGramLM.copied(st.window)
         nxt = lm.predict(st)
         found += c is not None
         hits += c is not None and nxt == c
@@ -161,9 +163,9 @@ def test_induction_copies_by_match_length_whatever_came_before():
     """Match-length copying (sim.induction): a long match is copied almost surely, a one-token match with about
     the asked probability, and the decision rests on the matched suffix alone (a garbled earlier token or another
     position gives the same copy)."""
-    from simulators.surrogate import NGramLM, longest_match
+    from simulators.surrogate import NGramLM, longest_match, plain_config
 
-    lm = NGramLM("code", 4096, induction=0.3, induction_decay=0.5)
+    lm = NGramLM(plain_config(induction=0.3, induction_decay=0.5))
     assert lm.induction_p[0] == pytest.approx(0.3) and lm.induction_p[3] == pytest.approx(1 - 0.7 * 0.125)
     rng = random.Random(3)
     one = long = one_n = long_n = 0
@@ -174,7 +176,7 @@ def test_induction_copies_by_match_length_whatever_came_before():
         st_ = lm.start()
         for t in ctx:
             st_ = lm.step(st_, t)
-        assert longest_match(st_[2], 16) == (5, span[5])
+        assert longest_match(st_.window, 16) == (5, span[5])
         long_n += 1
         long += lm.predict(st_) == span[5]
         shifted = lm.start()                               # the same last 5 tokens after other ones, elsewhere
@@ -189,7 +191,7 @@ def test_induction_copies_by_match_length_whatever_came_before():
         one += lm.induced(st1) == span[1]
     assert long / long_n > 0.9
     assert 0.2 < one / one_n < 0.4
-    assert NGramLM("code", 4096).induced(st_) is None      # off by default
+    assert NGramLM(plain_config()).induced(st_) is None      # off by default
 
 
 def test_draft_agrees_on_copies_as_asked():
@@ -215,17 +217,17 @@ def test_draft_agrees_on_copies_as_asked():
 def test_copying_is_weaker_right_after_a_token_the_target_would_not_write():
     """surprise_copy: the same repeated span is copied less often when the token before the match was not the
     target's own choice (k = 0) than when the context is the target's own text (k = SURPRISE_MAX)."""
-    from simulators.surrogate import SURPRISE_MAX, NGramLM, longest_match
+    from simulators.surrogate import SURPRISE_MAX, LMState, NGramLM, longest_match, plain_config
 
-    lm = NGramLM("code", 4096, induction=0.3, induction_decay=0.6, surprise_copy=0.2)
+    lm = NGramLM(plain_config(induction=0.3, induction_decay=0.6, surprise_copy=0.2))
     assert lm.surprise_s[0] == pytest.approx(0.2) and lm.surprise_s[SURPRISE_MAX] == pytest.approx(1 - 0.8 / 16)
     st_ = lm.start()
     for t in lm.prompts(1, 3)[0]:
         st_ = lm.step(st_, t)
     own = lm.predict(st_)
-    assert lm.step(st_, own)[3] == min(st_[3] + 1, SURPRISE_MAX)
+    assert lm.step(st_, own).calm == min(st_.calm + 1, SURPRISE_MAX)
     other = (own % (lm.plain_vocab - 1)) + 1
-    assert lm.step(st_, other)[3] == 0
+    assert lm.step(st_, other).calm == 0
     rng = random.Random(5)
     counts = {0: 0, SURPRISE_MAX: 0}
     for _ in range(300):
@@ -233,5 +235,87 @@ def test_copying_is_weaker_right_after_a_token_the_target_would_not_write():
         window = tuple(reversed(span + (7, 8, 9) + span[:2]))  # the context: span, 7 8 9, span[:2]
         assert longest_match(window, 16) == (2, span[2])
         for k in counts:
-            counts[k] += lm.induced((40, window[:8][::-1], window, k)) == span[2]
+            counts[k] += lm.induced(LMState(40, window[:8][::-1], window, k)) == span[2]
     assert counts[SURPRISE_MAX] > 120 and counts[0] < 0.5 * counts[SURPRISE_MAX]
+
+
+# ----------------------------------------------------------------------------- fast == reference, any configuration
+SKIP = {"vocab", "pieces", "recall_text", "alpha"}   # fixed below (no real tokenizer; the memory drawn apart)
+INT_CAP = 64                                          # integer knobs without an upper bound are drawn up to this
+
+
+def _field_values(f, cfg_so_far):
+    """A hypothesis strategy over one text / draft knob's valid values, from SimConfig's metadata alone, so a new
+    knob is covered without editing this test."""
+    from hypothesis import strategies as hs
+
+    from simulators.simconfig import type_hints
+
+    m, hint = f.metadata, type_hints()[f.name]
+    if m["choices"]:
+        return hs.sampled_from(m["choices"])
+    if hint is bool:
+        return hs.booleans()
+    hi = m["hi"]
+    if isinstance(hi, str):
+        hi = cfg_so_far[hi]
+    if hint in (int, int | None):
+        return hs.integers(int(m["lo"]), int(hi) if hi is not None else INT_CAP)
+    top = hi if hi is not None else 1.0
+    values = hs.sampled_from([m["lo"], top]) | hs.floats(m["lo"], top, exclude_max=bool(m["hi_open"]))
+    values = values.filter(lambda v: not (m["hi_open"] and v >= top))
+    return (hs.none() | values) if hint == (float | None) else values
+
+
+@st.composite
+def surrogate_configs(draw):
+    import dataclasses
+
+    from simulators.simconfig import SimConfig
+
+    knobs = {}
+    for f in dataclasses.fields(SimConfig):
+        if f.metadata["group"] in ("text", "draft") and f.name not in SKIP:
+            knobs[f.name] = draw(_field_values(f, knobs), label=f.name)
+    return SimConfig(vocab=4096, pieces=draw(st.sampled_from(["words", "bpe"]), label="pieces"), **knobs)
+
+
+@st.composite
+def token_runs(draw):
+    """Tokens fed to the target: corpus text, its own continuation, and wrong tokens among them."""
+    return draw(st.lists(st.tuples(st.sampled_from(["corpus", "own", "wrong"]), st.integers(0, 4095)),
+                         min_size=1, max_size=60), label="tokens")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=surrogate_configs(), run=token_runs(), seed=st.integers(0, 3), with_memory=st.booleans())
+def test_fast_paths_equal_reference_for_any_configuration(cfg, run, seed, with_memory):
+    """The target's step / predict and the draft's predict (the hot closures) equal their plain references for any
+    valid configuration of the text prior and the draft's agreement, on any mix of corpus text, the target's own
+    continuation and wrong tokens (with recall, on a memory of the corpus' own text)."""
+    from simulators.surrogate import NGramLM, NoisyDraftLM
+
+    memory = _corpus_memory(cfg.corpus, cfg.pieces) if with_memory else None
+    lm = NGramLM(cfg, seed=seed, memory=memory)
+    q = NoisyDraftLM(lm, cfg, seed=seed + 1)
+    corpus = lm.corpus.ids
+    st_, ref = lm.start(), lm.start()
+    for i, (kind, x) in enumerate(run):
+        assert st_ == ref
+        own = lm.predict(st_)
+        assert own == lm.reference_predict(st_) and q.predict(st_) == q.reference_predict(st_)
+        tok = corpus[(x * 7 + i) % len(corpus)] if kind == "corpus" else own if kind == "own" else own % 4000 + 1
+        st_, ref = lm.step(st_, tok), lm.reference_step(ref, tok)
+    assert st_ == ref and lm.predict(st_) == lm.reference_predict(st_)
+
+
+_MEMORIES: dict[tuple[str, str], object] = {}
+
+
+def _corpus_memory(corpus: str, pieces: str):
+    from ouroboros.datastore import Datastore
+    from simulators.surrogate import load_corpus
+
+    if (corpus, pieces) not in _MEMORIES:
+        _MEMORIES[corpus, pieces] = Datastore.build([load_corpus(corpus, 4096, pieces).ids[:20000]])
+    return _MEMORIES[corpus, pieces]

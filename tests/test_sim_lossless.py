@@ -22,10 +22,10 @@ def _memory_file() -> str:
     import tempfile
 
     from ouroboros.datastore import Datastore
-    from simulators.surrogate import NGramLM
+    from simulators.surrogate import NGramLM, plain_config
 
     path = os.path.join(tempfile.mkdtemp(prefix="recall-"), "memory.npz")
-    ids = NGramLM("code", 8192).corpus.ids
+    ids = NGramLM(plain_config(vocab=8192)).corpus.ids
     Datastore.build([ids[:20000], ids[40000:60000]]).save(path)
     return path
 
@@ -120,10 +120,10 @@ def test_fast_predict_equals_reference_with_local_choices(pos_grain, choice_ctx,
                                                           local_novel):
     """The target's hot path with position-coarse / local choices (sim.pos_grain, sim.choice_ctx, sim.local_frac,
     sim.local_novel) is its reference."""
-    from simulators.surrogate import NGramLM
+    from simulators.surrogate import NGramLM, plain_config
 
-    lm = NGramLM("code", 4096, pos_grain=pos_grain, choice_ctx=choice_ctx, p_copy=p_copy, p_top=0.5,
-                 local_frac=local_frac, local_ctx=local_ctx, local_novel=local_novel)
+    lm = NGramLM(plain_config(pos_grain=pos_grain, choice_ctx=choice_ctx, p_copy=p_copy, p_top=0.5,
+                 local_frac=local_frac, local_ctx=local_ctx, local_novel=local_novel))
     ids = lm.prompts(3, 0)
     for prompt in ids:
         st_ = lm.start()
@@ -140,13 +140,14 @@ def test_local_contexts_are_decided_by_their_last_tokens_alone():
     """With local_frac > 0 a share of contexts is continued the same way whatever came before their last local_ctx
     tokens (a real LM's confident continuations: what keeps a Jacobi guess right after a wrong earlier token); with
     local_frac 0 a different earlier token usually changes the continuation somewhere."""
-    from simulators.surrogate import NGramLM
+    from simulators.surrogate import LMState, NGramLM, plain_config
 
-    tails = [tuple(p[-8:]) for p in NGramLM("code", 4096).prompts(200, 2)]
+    tails = [tuple(p[-8:]) for p in NGramLM(plain_config()).prompts(200, 2)]
     for frac in (0.0, 0.5, 1.0):
-        lm = NGramLM("code", 4096, local_frac=frac, local_ctx=2, p_top=0.5)
+        lm = NGramLM(plain_config(local_frac=frac, local_ctx=2, p_top=0.5))
         garbled = [(t[0] + 1,) * 6 + t[-2:] for t in tails]  # the same last 2 tokens after 6 wrong ones
-        agree = sum(lm.predict((64, t)) == lm.predict((65, g)) for t, g in zip(tails, garbled, strict=True))
+        agree = sum(lm.predict(LMState(64, t)) == lm.predict(LMState(65, g))
+                    for t, g in zip(tails, garbled, strict=True))
         agree /= len(tails)
         if frac == 1.0:
             assert agree == 1.0
@@ -161,17 +162,17 @@ def test_novel_local_contexts_continue_phrases_without_looping():
     way after garbled earlier tokens, as long as those 2 tokens are new in the context; but the greedy text does not
     loop, unlike the plain local rule's, whose deterministic 2-token map soon cycles (it repeats what followed the
     last 2 tokens earlier at almost every position)."""
-    from simulators.surrogate import NGramLM, longest_match
+    from simulators.surrogate import LMState, NGramLM, longest_match, plain_config
 
     def occurred(window, k):  # the context's last k tokens occurred earlier in it
         return longest_match(window, k)[0] == k
 
-    tails = [tuple(p[-8:]) for p in NGramLM("code", 4096).prompts(200, 2)]
-    lm = NGramLM("code", 4096, local_frac=1.0, local_ctx=2, p_top=0.5, local_novel=True)
+    tails = [tuple(p[-8:]) for p in NGramLM(plain_config()).prompts(200, 2)]
+    lm = NGramLM(plain_config(local_frac=1.0, local_ctx=2, p_top=0.5, local_novel=True))
     garbled = [(t[0] + 1,) * 6 + t[-2:] for t in tails]
     pairs = [(t, g) for t, g in zip(tails, garbled, strict=True) if t[-1] != t[-2]]
     assert all(not occurred(g[::-1], 2) for _, g in pairs)
-    assert all(lm.predict((64, t, t[::-1])) == lm.predict((65, g, g[::-1])) for t, g in pairs
+    assert all(lm.predict(LMState(64, t, t[::-1])) == lm.predict(LMState(65, g, g[::-1])) for t, g in pairs
                if not occurred(t[::-1], 2))
 
     def repeat_rate(lm_, prompt, n=300):
@@ -187,8 +188,8 @@ def test_novel_local_contexts_continue_phrases_without_looping():
             st_ = lm_.step(st_, nxt)
         return rep / n
 
-    prompts = NGramLM("code", 4096).prompts(4, 5)
-    plain = NGramLM("code", 4096, local_frac=1.0, local_ctx=2, p_top=0.5)
+    prompts = NGramLM(plain_config()).prompts(4, 5)
+    plain = NGramLM(plain_config(local_frac=1.0, local_ctx=2, p_top=0.5))
     loops = [repeat_rate(plain, p) for p in prompts]
     novel = [repeat_rate(lm, p) for p in prompts]
     assert min(loops) > 0.9
@@ -197,9 +198,9 @@ def test_novel_local_contexts_continue_phrases_without_looping():
 
 def _memory(n: int = 30000):
     from ouroboros.datastore import Datastore
-    from simulators.surrogate import NGramLM
+    from simulators.surrogate import NGramLM, plain_config
 
-    return Datastore.build([NGramLM("code", 4096).corpus.ids[:n]])
+    return Datastore.build([NGramLM(plain_config()).corpus.ids[:n]])
 
 
 @pytest.mark.parametrize("kw", [{"forgive": 0.5}, {"forgive": 0.5, "p_copy": 0.3, "pos_grain": 16},
@@ -211,9 +212,9 @@ def test_run_counting_fast_step_equals_reference(kw):
     """sim.forgive / sim.recall (which share the run of own tokens): the hot step and predict equal their references
     on prompts (from the memory's own text, with recall), on the target's own text and after wrong tokens (every
     fifth token of the continuation); with recall, the memory is consulted."""
-    from simulators.surrogate import NGramLM
+    from simulators.surrogate import NGramLM, plain_config
 
-    lm = NGramLM("code", 4096, p_top=0.5, memory=_memory() if "recall" in kw else None, **kw)
+    lm = NGramLM(plain_config(p_top=0.5, **kw), memory=_memory() if "recall" in kw else None)
     fired = 0
     for prompt in lm.prompts(3, 0):
         st_ = lm.start()
@@ -235,26 +236,26 @@ def test_recall_goes_on_with_known_text_after_a_wrong_token():
     import random
 
     from ouroboros.datastore import Datastore
-    from simulators.surrogate import NGramLM
+    from simulators.surrogate import NGramLM, plain_config
 
     rng = random.Random(0)
     doc = [rng.randrange(1, 4000) for _ in range(600)]   # text the n-gram table does not know
 
     mem = Datastore.build([doc])
-    on = NGramLM("code", 4096, p_top=0.5, recall=1.0, recall_min=4, memory=mem)
-    off = NGramLM("code", 4096, p_top=0.5, recall=0.0, recall_min=4, memory=mem)
-    inert = NGramLM("code", 4096, p_top=0.5, recall=1.0, recall_min=4)
+    on = NGramLM(plain_config(p_top=0.5, recall=1.0, recall_min=4), memory=mem)
+    off = NGramLM(plain_config(p_top=0.5, recall=0.0, recall_min=4), memory=mem)
+    inert = NGramLM(plain_config(p_top=0.5, recall=1.0, recall_min=4))
     assert on.recalling and not off.recalling and not inert.recalling
     hit_on = hit_off = n = 0
     s_on, s_off = on.start(), off.start()
     for i, t in enumerate(doc[:-1]):
         s_on, s_off = on.step(s_on, t), off.step(s_off, t)
-        if i >= 8 and s_on[-1] == 0:   # right after a token it would not have written
+        if i >= 8 and s_on.run == 0:   # right after a token it would not have written
             hit_on += on.predict(s_on) == doc[i + 1]
             hit_off += off.predict(s_off) == doc[i + 1]
             n += 1
     assert n > 500 and hit_on / n > 0.95 and hit_off / n < 0.05
-    prompt = NGramLM("code", 4096).prompts(1, 7)[0]
+    prompt = NGramLM(plain_config()).prompts(1, 7)[0]
     texts = []
     for lm in (on, off):   # after a prompt the memory does not know, its own text is what it writes without recall
         st_, out = lm.start(), []
@@ -263,7 +264,7 @@ def test_recall_goes_on_with_known_text_after_a_wrong_token():
         for _ in range(40):
             out.append(lm.predict(st_))
             st_ = lm.step(st_, out[-1])
-            assert lm is off or (st_[-1] > 0 and lm.recalled(st_) is None)
+            assert lm is off or (st_.run > 0 and lm.recalled(st_) is None)
         texts.append(out)
     assert texts[0] == texts[1]
 
@@ -275,11 +276,11 @@ def test_forgiven_token_is_read_as_the_targets_own():
     nothing is forgiven, and with forgive 0 a wrong token changes the context."""
     import random
 
-    from simulators.surrogate import NGramLM
+    from simulators.surrogate import NGramLM, plain_config
 
-    lm = NGramLM("code", 4096, p_top=0.5, forgive=1.0, forgive_run=3)
-    windowed = NGramLM("code", 4096, p_top=0.5, p_copy=0.3, forgive=1.0, forgive_run=3)
-    off = NGramLM("code", 4096, p_top=0.5)
+    lm = NGramLM(plain_config(p_top=0.5, forgive=1.0, forgive_run=3))
+    windowed = NGramLM(plain_config(p_top=0.5, p_copy=0.3, forgive=1.0, forgive_run=3))
+    off = NGramLM(plain_config(p_top=0.5))
     same = changed = prompt_runs = 0
     for prompt in lm.prompts(20, 3):
         st_, st0, stw = lm.start(), off.start(), windowed.start()
@@ -296,7 +297,8 @@ def test_forgiven_token_is_read_as_the_targets_own():
         own_w = windowed.predict(stw)
         wrong_w = own_w % 4000 + 1
         a, b = windowed.step(stw, own_w), windowed.step(stw, wrong_w)
-        assert b[1] == a[1] and b[2][0] == wrong_w and a[2][0] == own_w  # read as its own, written as it was
+        # read as its own, written as it was
+        assert b.tail == a.tail and b.window[0] == wrong_w and a.window[0] == own_w
     assert same == 20
     assert changed >= 5
     rng = random.Random(0)
@@ -304,17 +306,17 @@ def test_forgiven_token_is_read_as_the_targets_own():
         st_ = lm.start()
         for t in [rng.randrange(1, 4000) for _ in range(30)]:
             st_ = lm.step(st_, t)
-        prompt_runs += st_[-1] >= 3
+        prompt_runs += st_.run >= 3
     assert prompt_runs <= 2
 
 
 def test_coarse_position_choices_repeat_a_phrase_a_few_tokens_later():
     """With pos_grain > 1 the target continues the same 8-token tail the same way at a nearby position (what makes
     a real LM's Jacobi / pool guesses stay right); with pos_grain 1 its varied choices are redrawn."""
-    from simulators.surrogate import NGramLM
+    from simulators.surrogate import LMState, NGramLM, plain_config
 
-    tails = [tuple(p[-8:]) for p in NGramLM("code", 4096).prompts(200, 1)]
+    tails = [tuple(p[-8:]) for p in NGramLM(plain_config()).prompts(200, 1)]
     for grain, same in ((64, True), (1, False)):
-        lm = NGramLM("code", 4096, pos_grain=grain, p_top=0.5)
-        agree = sum(lm.predict((128, t)) == lm.predict((129, t)) for t in tails) / len(tails)
+        lm = NGramLM(plain_config(pos_grain=grain, p_top=0.5))
+        agree = sum(lm.predict(LMState(128, t)) == lm.predict(LMState(129, t)) for t in tails) / len(tails)
         assert (agree == 1.0) if same else agree < 0.95

@@ -15,9 +15,10 @@ from ouroboros.decode import decode
 from ouroboros.strategies import build_proposer
 from simulators.cost_model import from_spec
 from simulators.hardware import Hardware
-from simulators.pair import SIM_DEFAULTS, make_pair
+from simulators.pair import make_pair
 from simulators.profiles import PairProfile, conf_root, load_conf
 from simulators.sim_profiles import load_profile, pair_profiles, profile_text
+from simulators.simconfig import SimConfig
 
 CONF = str(conf_root())
 PAIRS = ("yi34b_6b", "codellama34b_7b", "deepseek33b_6.7b", "llama70b_7b")
@@ -28,7 +29,7 @@ def test_profile_composes_and_keeps_every_option_overridable():
         cfg = compose("config", overrides=["model=yi34b_6b", "sim=yi34b_6b_humaneval", "sim.vocab=2048"])
     run = validate(cfg)
     assert run.sim["pair"] == "yi34b_6b" and run.sim["vocab"] == 2048 and run.sim["corpus"] == "code"
-    assert set(run.sim) == set(SIM_DEFAULTS)  # the defaults list filled in every other option
+    assert set(run.sim) == set(SimConfig().as_dict())  # the defaults list filled in every other option
 
 
 @pytest.mark.parametrize("model", PAIRS)
@@ -36,7 +37,7 @@ def test_each_pair_names_only_its_own_profiles(model):
     for task, name in pair_profiles(model).items():
         prof = load_profile(name)
         assert prof["pair"] == model, (task, name)
-        assert set(prof) <= set(SIM_DEFAULTS)
+        assert set(prof) <= set(SimConfig().as_dict())
         # fitted from this pair's published vanilla and SpS figures only
         inputs = set(prof["fit"]["inputs"])
         assert {"vanilla_tok_s", "sps_block_efficiency", "sps"} <= inputs <= {"vanilla_tok_s", "sps_tok_s",

@@ -63,9 +63,9 @@ def test_measure_chars_per_token():
 
 
 @pytest.mark.parametrize(("sim", "msg"), [
-    ({"prompt_tokens": "bpe"}, "sim.prompt_tokens must be one of surrogate, tokenizer, ratio, got 'bpe'"),
+    ({"prompt_tokens": "bpe"}, "unknown sim.prompt_tokens 'bpe'; known: surrogate, tokenizer, ratio"),
     ({"prompt_tokens": "ratio"}, "sim.prompt_tokens=ratio needs sim.chars_per_token > 0, got None"),
-    ({"prompt_tokens": "ratio", "chars_per_token": -2}, "needs sim.chars_per_token > 0, got -2"),
+    ({"prompt_tokens": "ratio", "chars_per_token": -2}, "sim.chars_per_token must be > 0, got -2"),
 ])
 def test_bad_settings_are_one_line(sim, msg):
     with pytest.raises(OuroborosError, match=msg.replace("(", r"\(").replace(")", r"\)")):
@@ -87,7 +87,7 @@ def test_bpe_pieces_carry_their_leading_space():
     words = load_corpus("code", 4096).tokenizer
     text = "    def __init__(self, name):\n        self.name = name\n        return None\n"
     assert len(tok.encode(text)) < len(words.encode(text))
-    with pytest.raises(OuroborosError, match="surrogate pieces must be one of words, bpe, real; got .x."):
+    with pytest.raises(OuroborosError, match="unknown sim.pieces .x.; known: words, bpe, real"):
         make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), {"pieces": "x"})
 
 

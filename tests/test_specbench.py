@@ -63,13 +63,13 @@ def test_specbench_questions_decode_on_the_simulator(tmp_path):
     """A real question file on `sim`: the surrogate tokenizer encodes the questions' text (no chat template)."""
     from test_datasets import SPEC
 
-    from simulators.pair import SIM_DEFAULTS
+    from simulators.simconfig import SimConfig
     from simulators.surrogate import load_corpus
 
     recs = sweep_records(tmp_path / "r.jsonl", "sweep=single", "strategy=ouroboros", "dataset=specbench",
                          f"dataset.path={SPEC}", "dataset.limit=3",
                          base=["model=llama70b_7b", "max_new_tokens=16", "logger=quiet"])
-    tok = load_corpus("code", 4096, SIM_DEFAULTS["pieces"]).tokenizer  # the surrogate's own pieces
+    tok = load_corpus("code", 4096, SimConfig().pieces).tokenizer  # the surrogate's own pieces
     first = json.loads(open(SPEC).readline())
     assert [r.strategy for r in recs] == ["vanilla", "ouroboros"]
     for r in recs:
