@@ -14,6 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from ouroboros.backends import registry
 from ouroboros.backends.base import OuroborosError
 from ouroboros.config import RunConfig, point_id, point_key, strategy_params
 from ouroboros.divergence import divergences
@@ -114,9 +115,7 @@ def sampled_text(run: RunConfig) -> str:
 
 def sim_decisions(run: RunConfig) -> dict[str, Any]:
     """A simulated record's `decisions`: where its tokens come from and its strategy's measured error band."""
-    from simulators.trust import record_decisions
-
-    return record_decisions(run.sim, run.strategy.name)
+    return registry.part("sim", "decisions")(run.sim, run.strategy.name)
 
 
 def serving_speedup(baseline: RunResult, result: RunResult) -> float:
@@ -163,13 +162,12 @@ def budget_note(point: Point, sess: Session, budgets: list[int]) -> str | None:
 
 def check_serving_memory(point: Point, sess: Session, budgets: list[int]) -> None:
     """A served simulated point: the weights + the KV caches of its `concurrency` largest requests must fit."""
-    from simulators.pair import check_serving_fit
-
     run = point.run
     sizes = sorted((len(p.ids) + b for p, b in zip(sess.prompts, budgets, strict=True)), reverse=True)
     n = run.serve.requests or len(sizes)
     per_round = sizes * (-(-n // len(sizes)))   # requests cycle through the prompts
     c = run.serve.concurrency
-    check_serving_fit(run.model, run.hardware or {}, run.sim, sum(sorted(per_round[:n], reverse=True)[:c]), c,
-                      bool(get_spec(run.strategy.name).needs_draft_model))
+    kv_tokens = sum(sorted(per_round[:n], reverse=True)[:c])
+    fits = registry.part("sim", "serving_fit")
+    fits(run.model, run.hardware or {}, run.sim, kv_tokens, c, bool(get_spec(run.strategy.name).needs_draft_model))
 

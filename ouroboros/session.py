@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ouroboros.backends import registry
 from ouroboros.backends.base import Backend, OuroborosError
 from ouroboros.config import RunConfig
 from ouroboros.datasets import Prompt, fit_context, load_prompts
@@ -47,9 +48,7 @@ def pair_key(run: RunConfig) -> str:
 def load_backends(run: RunConfig) -> tuple[Backend, Backend | None, Any, tuple[int, ...], Any]:
     """(target, draft, tokenizer, eos_ids, sim pair or None) for the run's backend."""
     if run.backend_kind == "sim":
-        from simulators import make_pair
-
-        pair = make_pair(run.model, run.hardware or {}, run.sim, seed=run.seed)
+        pair = registry.part("sim", "pair")(run.model, run.hardware or {}, run.sim, seed=run.seed)
         return pair.target, pair.draft, pair.tokenizer, tuple(pair.eos_ids), pair
     import torch
 

@@ -24,10 +24,7 @@ PENDING_ENTRY = {
     "simulators.validate": "validate imports fetch's default_cache_dir: goes with calibration and checks as one "
                            "package (issue 34, 4)",
 }
-_RUN_SPLIT = ("loading the sim pair, its decisions and the serving memory check import the simulator: they move "
-              "behind the backend registry with run.py's split (issue 34, 1)")
 PENDING_SIM = {
-    "ouroboros.session": _RUN_SPLIT, "ouroboros.point": _RUN_SPLIT,
     "ouroboros.config": "check_sim / apply_explicit / explicit_notices call simulators.pair and simulators.trust: "
                         "they move behind the backend registry with SimConfig (issue 34, 2)",
 }

@@ -4,7 +4,9 @@ Parts are named as "module:attribute" and imported when first asked for: nothing
 simulator (sim) before a run uses it, and the simulator, which imports the core, never becomes an import of the
 core. This is the one module of `ouroboros` that names the simulator's modules (tests/test_imports.py). A backend
 says its kind (`Servable.kind` in ouroboros/contracts.py); `engine(kind)` is the batched-serving engine class its
-kind runs under load (ouroboros/serving/scheduler.py `Engine`, built with `for_backend(backend, prefill)`).
+kind runs under load (ouroboros/serving/scheduler.py `Engine`, built with `for_backend(backend, prefill)`);
+`part(kind, name)` is one of the kind's other parts (the simulated pair's loader, its decisions block, its memory
+check), for the modules that load a session or build a record.
 
 Knows nothing of models, configs or strategies.
 """
@@ -12,7 +14,7 @@ Knows nothing of models, configs or strategies.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ouroboros.contracts import OuroborosError
@@ -22,11 +24,16 @@ from ouroboros.contracts import OuroborosError
 class BackendKind:
     name: str
     engine: str       # "module:Class" of its batched-serving engine
+    parts: dict[str, str] = field(default_factory=dict)   # part name -> "module:attr"
 
 
 BACKENDS: dict[str, BackendKind] = {
     "hf": BackendKind("hf", "ouroboros.backends.hf:HFEngine"),
-    "sim": BackendKind("sim", "simulators.serving:SimEngine"),
+    "sim": BackendKind("sim", "simulators.serving:SimEngine", {
+        "pair": "simulators:make_pair",                          # (model, hardware, sim, seed) -> the pair
+        "decisions": "simulators.trust:record_decisions",        # (sim, strategy) -> a record's `decisions`
+        "serving_fit": "simulators.pair:check_serving_fit",      # a served point's weights + KV caches fit
+    }),
 }
 
 
@@ -45,3 +52,11 @@ def resolve(ref: str) -> Any:
 def engine(kind: str) -> Any:
     """The batched-serving engine class of a backend kind."""
     return resolve(backend_kind(kind).engine)
+
+
+def part(kind: str, name: str) -> Any:
+    """A named part of a backend kind (`BackendKind.parts`)."""
+    ref = backend_kind(kind).parts.get(name)
+    if ref is None:
+        raise OuroborosError(f"backend {kind!r} has no {name!r}")
+    return resolve(ref)
