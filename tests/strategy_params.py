@@ -53,4 +53,20 @@ PARAMS = {
         "max_ngram": st.integers(1, 3),
         "num_pred_tokens": st.integers(1, 5),
     }),
+    "suffix": st.fixed_dictionaries({
+        "num_speculative_tokens": st.one_of(st.none(), st.integers(1, 8)),
+        "suffix_decoding_max_tree_depth": st.integers(1, 12),
+        "suffix_decoding_max_spec_factor": st.sampled_from([0.5, 1.0, 2.0, 4.0]),
+        "suffix_decoding_min_token_prob": st.sampled_from([0.0, 0.1, 0.5]),
+        "suffix_decoding_max_cached_requests": st.sampled_from([0, 1, 3]),
+        "use_tree_spec": st.booleans(),
+    }),
+    # k, then a template within it: per-level widths, or index paths (an imbalanced tree, as the paper's)
+    "recycling": st.integers(1, 4).flatmap(lambda k: st.fixed_dictionaries({
+        "k": st.just(k),
+        "keep_history": st.booleans(),
+    }, optional={
+        "widths": st.lists(st.integers(1, min(k, 2)), min_size=1, max_size=4),
+    }) if k < 3 else st.fixed_dictionaries({"k": st.just(k), "keep_history": st.booleans(),
+                                           "tree": st.just([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]])})),
 }

@@ -27,7 +27,8 @@ NO_TREES = {"bloom": "no position_ids", "falcon_alibi": "fails on a tree mask", 
 TREE_STRATEGIES = {name for name, spec in REGISTRY.items() if spec.tree_models}
 FIXED = {"speculative": {"gamma": 3}, "pld": {}, "vanilla": {}, "cascade": {"gamma": 3},
          "lookahead": {"W": 3, "N": 3, "G": 3}, "ouroboros": {"gamma": 3, "W": 3, "N": 3, "G": 3, "K": 2},
-         "rest": {"corpus": [3, 5, 7, 9] * 6 + list(range(20)), "num_nodes": 12}}
+         "rest": {"corpus": [3, 5, 7, 9] * 6 + list(range(20)), "num_nodes": 12},
+         "suffix": {}, "recycling": {"widths": [3, 2, 1]}}
 
 
 @functools.cache

@@ -45,6 +45,7 @@ PARAMS = {
     "ouroboros": {"gamma": 3, "W": 3, "N": 3, "G": 3, "K": 2},
     "cascade": {"gamma": 3},
     "rest": {"corpus": PROMPT * 4 + [0, 1, 2, 3, 4] * 3, "depth": 3, "num_nodes": 8},
+    "recycling": {"k": 3, "widths": [3, 2]},
 }
 
 

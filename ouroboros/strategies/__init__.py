@@ -22,8 +22,10 @@ from ouroboros.strategies.cascade import CascadeConfig, CascadeProposer
 from ouroboros.strategies.lookahead import LookaheadConfig, LookaheadProposer
 from ouroboros.strategies.ouroboros import OuroborosConfig, OuroborosProposer
 from ouroboros.strategies.pld import PLDConfig, PLDProposer
+from ouroboros.strategies.recycling import RecyclingConfig, RecyclingProposer
 from ouroboros.strategies.rest import RestConfig, RestProposer
 from ouroboros.strategies.speculative import SpeculativeConfig, SpeculativeProposer
+from ouroboros.strategies.suffix import SuffixConfig, SuffixProposer
 from ouroboros.strategies.vanilla import VanillaConfig, VanillaProposer
 
 
@@ -50,6 +52,8 @@ REGISTRY: dict[str, StrategySpec] = {
     "ouroboros": StrategySpec(OuroborosConfig, OuroborosProposer),
     "rest": StrategySpec(RestConfig, RestProposer),
     "cascade": StrategySpec(CascadeConfig, CascadeProposer),
+    "suffix": StrategySpec(SuffixConfig, SuffixProposer),
+    "recycling": StrategySpec(RecyclingConfig, RecyclingProposer),
 }
 
 
