@@ -30,7 +30,9 @@ from ouroboros.backends.base import BackendWrapper, OuroborosError, Scores, Sequ
 from ouroboros.contracts import Servable
 from ouroboros.draft import Draft
 from simulators.cost_model import CostModel
-from simulators.surrogate import TokenModel
+from simulators.surrogate import NGramLM, TokenModel
+
+RUNNER_UP = -1e30   # logit of the surrogate's first runner-up (the next: 2 x it, ...): a rank, no probability
 
 
 class SimClock:
@@ -182,12 +184,20 @@ class SimBackend(SequenceBackend):
         self._scored = preds
         return Scores(preds=preds, logits=self._one_hot(preds.materialise()) if want_logits else None)
 
-    def _one_hot(self, preds: list[int]):
-        """Greedy-only scores as logits: 0 at the chosen token, -inf elsewhere ([n + 1, V] float32)."""
+    def _one_hot(self, preds: LazyPreds):
+        """Greedy-only scores as logits ([n + 1, V] float32): 0 at the chosen token, -inf elsewhere, except that a
+        surrogate target ranks its runner-ups: its back-off table's other continuations of the row's context (the
+        tokens it writes there when it does not take its top one) get RUNNER_UP, 2 x RUNNER_UP, ...: a top-k for a
+        proposer that reads one (Token Recycling), with no probability (softmax gives them exactly 0 at any
+        temperature, so sampling stays greedy). A trace replay has no runner-ups: its top-k is its prediction."""
         import torch
 
         logits = torch.full((len(preds), self.vocab_size), float("-inf"))
         logits[torch.arange(len(preds)), torch.tensor(preds)] = 0.0
+        if isinstance(self.lm, NGramLM):
+            for i, p in enumerate(preds):
+                others = [c for c in self.lm.candidates(preds.state(i - 1).tail) if c != p]
+                logits[i, others] = torch.arange(1, len(others) + 1, dtype=logits.dtype) * RUNNER_UP
         return logits
 
     def _keep(self, path: list[int], base: int, new_tokens: list[int]) -> None:
