@@ -151,7 +151,10 @@ class RecordFile:
         lock_dir = self.path.parent / (self.path.name + ".locks")
         lock = lock_dir / f"{point_id}.lock"
         while True:   # the holder removes the lock file (and the folder) when done: lock the file that is there
-            lock_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                lock_dir.mkdir(parents=True, exist_ok=True)
+            except FileExistsError:     # the folder went away between mkdir's attempt and its check: again
+                continue
             try:
                 fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
             except FileNotFoundError:   # the folder went away between mkdir and open
