@@ -110,7 +110,7 @@ def _h100():
     return dict(load_conf("hardware", "h100"))
 
 
-@pytest.mark.parametrize("name", ["vanilla", "speculative", "pld", "ouroboros", "lookahead"])
+@pytest.mark.parametrize("name", ["vanilla", "speculative", "pld", "ouroboros", "lookahead", "suffix", "recycling"])
 def test_sim_batch_rows_match_single_and_batching_saves_time(name):
     pair = _sim_pair()
     prompts = pair.default_prompts(6, 0)
