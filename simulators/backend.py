@@ -182,7 +182,9 @@ class SimBackend(SequenceBackend):
         self.busy_s += dt
         self._count_score(n_p, n)
         self._scored = preds
-        return Scores(preds=preds, logits=self._one_hot(preds.materialise()) if want_logits else None)
+        if want_logits:
+            preds.materialise()
+        return Scores(preds=preds, logits=self._one_hot(preds) if want_logits else None)
 
     def _one_hot(self, preds: LazyPreds):
         """Greedy-only scores as logits ([n + 1, V] float32): 0 at the chosen token, -inf elsewhere, except that a
