@@ -99,8 +99,8 @@ VOCAB = SimConfig().vocab  # the vocabulary the simulator builds by default
 
 
 def surrogate_rate(corpus: str, p_copy: float, real: list[Pair], window: int = 256) -> Rate:
-    """The plain surrogate target's copy rate (it copies from its last COPY_WINDOW tokens) with this p_copy."""
-    lm = NGramLM(plain_config(corpus=corpus, vocab=VOCAB, p_copy=p_copy))
+    """The plain surrogate target's copy rate with this p_copy, copying from as far back as the statistic looks."""
+    lm = NGramLM(plain_config(corpus=corpus, vocab=VOCAB, p_copy=p_copy, copy_window=window))
     return copy_rate(surrogate_pairs(lm, real), window)
 
 

@@ -143,7 +143,7 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
     if kind in ("surrogate", "iid"):
         real_dir = str(real_tokenizer_dir(opts.tokenizer, model)) if opts.pieces == "real" else None
         lm = NGramLM(opts, seed=seed, memory=recall_memory(opts.recall_text), tokenizer_dir=real_dir)
-        q: Any = IIDDraftLM(lm, opts.alpha, seed=seed + 1) if kind == "iid" else NoisyDraftLM(lm, opts, seed=seed + 1)
+        q: Any = (IIDDraftLM if kind == "iid" else NoisyDraftLM)(lm, opts, seed=seed + 1)
         ctx = min(prof.target.max_context, prof.draft.max_context)
         target = SimBackend(lm, costs["target"], clock, ctx, name=prof.target.name)
         draft = SimBackend(q, costs["draft"], clock, ctx, name=prof.draft.name)

@@ -21,6 +21,7 @@ from typing import Any
 from ouroboros.backends.base import OuroborosError
 
 TAIL_LEN = 8     # tokens of context the surrogate target's choices read (its n-gram order is at most this)
+P_SHIFT = 0.5    # share of the surrogate draft's mismatches that are "one token too early" (else the runner-up)
 TOKEN_SOURCES = ("surrogate", "iid", "replay", "proxy")
 PROMPT_TOKENS = ("surrogate", "tokenizer", "ratio")
 CORPORA = ("code", "pycode", "prose")
@@ -87,6 +88,8 @@ class SimConfig:
     p_copy: float = opt(0.2, "text", "how often it copies what followed its last two tokens earlier: real text's copy "
                         "rate (code 0.40, prose 0.32 on HumanEval / MT-Bench answers: validate copy-rate); fitted "
                         "with the prior", lo=0.0, hi=1.0)
+    copy_window: int = opt(256, "text", "how far back the target copies and matches from (tokens): the span of context "
+                           "a real LM copies from; not fitted, but it moves held-out error (docs/simulator.md)", lo=3)
     induction: float = opt(0.2, "text", "match-length copying (0: off; checked first): the longest earlier match of "
                            "the context's suffix (L tokens) is continued with P = 1 - (1 - induction) * "
                            "induction_decay^(L - 1), as the real pair copied its prompt (recorded runs)",
@@ -181,9 +184,10 @@ class SimConfig:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-# Options that went: no profile set them and they did not move held-out error (docs/simulator.md lists what each
-# measured); the value the simulator keeps for each. Records written with them still load (`from_dict(legacy=True)`).
-REMOVED: dict[str, Any] = {}
+# Options that went: no profile set them and they did not move held-out error by a point (docs/simulator.md gives
+# what each measured); the value the simulator keeps for each. Records written with them still load
+# (`from_dict(legacy=True)`).
+REMOVED: dict[str, Any] = {"p_shift": P_SHIFT}
 
 
 @functools.cache

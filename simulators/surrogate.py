@@ -40,7 +40,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
 from ouroboros.backends.base import OuroborosError
-from simulators.simconfig import CORPORA, TAIL_LEN, SimConfig
+from simulators.simconfig import CORPORA, P_SHIFT, TAIL_LEN, SimConfig
 
 EOS_ID = 0
 _MASK64 = (1 << 64) - 1
@@ -238,9 +238,7 @@ INDUCTION_MAX = 16  # longest suffix match match-length copying looks for (token
 FORGIVE_CTX = 3     # tail tokens (with the wrong token) that decide whether the target reads past it (sim.forgive)
 SURPRISE_MAX = 4    # steps after a token the target would not have written at which copying counts as recovered
 TOP = 3             # continuations the back-off table keeps per context (the top one and two runner-ups)
-COPY_WINDOW = 256   # how far back the target copies and matches from (tokens)
 CONTENT_LEN = 3     # last tokens that decide whether the draft agrees (content-bound mismatches)
-P_SHIFT = 0.5       # share of the draft's mismatches that are "one token too early" (else the target's runner-up)
 
 # Hash salts: each of the surrogates' independent decisions hashes its inputs with its own salt, so no two of them
 # are correlated (the runner-up pick hashes (choice key, seed) with none).
@@ -269,7 +267,7 @@ class LMState(NamedTuple):
     """The surrogate target's state after a context (both its paths build the same ones)."""
     pos: int                         # tokens so far
     tail: tuple[int, ...]            # the last TAIL_LEN tokens as the target reads them (forgive: its own there)
-    window: tuple[int, ...] = ()     # the last COPY_WINDOW tokens as written, the last first (only when copying)
+    window: tuple[int, ...] = ()     # the last copy_window tokens as written, the last first (only when copying)
     calm: int = SURPRISE_MAX         # steps since a token it would not have written (capped; only surprise_copy < 1)
     run: int = 0                     # tokens it would have written, in a row (capped at forgive_run; only forgiving)
 
@@ -307,7 +305,7 @@ class NGramLM:
     """Back-off n-gram greedy LM configured by the text prior of a `SimConfig` (its fields' docs say what each
     knob models). `p_top`: how often the table's top continuation is taken (else a runner-up, chosen by a hash of
     the position and the tail). `p_copy` (induction, as real LMs copy from their context): how often, when the
-    last two tokens occurred before within the last COPY_WINDOW tokens, the token that followed their most recent
+    last two tokens occurred before within the last `copy_window` tokens, the token that followed their most recent
     occurrence is taken instead (decided by the same kind of hash).
 
     `induction` > 0 (match-length copying, checked first): the longest suffix of the context that occurred
@@ -333,7 +331,7 @@ class NGramLM:
                  tokenizer_dir: str | None = None):
         c = self.cfg = cfg or SimConfig()
         self.seed, self.p_top, self.order, self.tail_len = seed, c.p_top, c.order, TAIL_LEN
-        self.p_copy, self.pos_grain, self.copy_window = c.p_copy, c.pos_grain, COPY_WINDOW
+        self.p_copy, self.pos_grain, self.copy_window = c.p_copy, c.pos_grain, c.copy_window
         self.forgive, self.forgive_run = c.forgive, c.forgive_run
         self.recall, self.recall_min, self.memory = c.recall, c.recall_min, memory
         self.recalling = self.recall > 0 and memory is not None
@@ -376,7 +374,7 @@ class NGramLM:
             else:
                 run = 0
         tail = (state.tail + (read,))[-TAIL_LEN:]
-        window = ((token,) + state.window)[:COPY_WINDOW] if self.windowed else ()
+        window = ((token,) + state.window)[:self.copy_window] if self.windowed else ()
         calm = (0 if read != own else min(state.calm + 1, SURPRISE_MAX)) if self.surprised else state.calm
         return LMState(state.pos + 1, tail, window, calm, run)
 
@@ -484,18 +482,18 @@ class NGramLM:
         if self.forgiving:
             self._memo: dict[int, tuple[LMState, int]] = {}
             return self._forgiving_step()
-        new, cls, top, calm0 = _new_state, LMState, SURPRISE_MAX, SURPRISE_MAX
+        new, cls, top, calm0, win = _new_state, LMState, SURPRISE_MAX, SURPRISE_MAX, self.copy_window
         if self.surprised:
             def step_surprise(state: LMState, token: int) -> LMState:
                 k = 0 if token != self.predict(state) else min(state.calm + 1, top)
                 return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:],
-                                 ((token,) + state.window)[:COPY_WINDOW], k, 0))
+                                 ((token,) + state.window)[:win], k, 0))
 
             return step_surprise
         if self.windowed:
             def step_window(state: LMState, token: int) -> LMState:
                 return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:],
-                                 ((token,) + state.window)[:COPY_WINDOW], calm0, 0))
+                                 ((token,) + state.window)[:win], calm0, 0))
 
             return step_window
 
@@ -509,7 +507,7 @@ class NGramLM:
         need, r, seed, fcut = self.forgive_run, self.forgive, self.seed, -FORGIVE_CTX
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
         surprised, windowed, top = self.surprised, self.windowed, SURPRISE_MAX
-        recalling, recalled, new, cls = self.recalling, self.recalled, _new_state, LMState
+        recalling, recalled, new, cls, win = self.recalling, self.recalled, _new_state, LMState, self.copy_window
 
         def step(state: LMState, token: int) -> LMState:
             own, run = self.predict(state), state.run   # memoised (`_fast_predict`): a strategy reads it too
@@ -522,7 +520,7 @@ class NGramLM:
             else:
                 run = 0
             calm = (0 if read != own else min(state.calm + 1, top)) if surprised else state.calm
-            window = ((token,) + state.window)[:COPY_WINDOW] if windowed else ()
+            window = ((token,) + state.window)[:win] if windowed else ()
             return new(cls, (state.pos + 1, (state.tail + (read,))[-TAIL_LEN:], window, calm, run))
 
         return step
@@ -698,12 +696,11 @@ class NoisyDraftLM:
 
 
 class IIDDraftLM:
-    """Draft q that equals the target's token with probability `alpha`, independently at every position."""
+    """Draft q that equals the target's token with probability `alpha` (a SimConfig's), independently at every
+    position."""
 
-    def __init__(self, target: NGramLM, alpha: float, seed: int = 1):
-        if not 0 <= alpha < 1:
-            raise OuroborosError(f"i.i.d. draft alpha must be in [0, 1), got {alpha}")
-        self.target, self.alpha, self.seed = target, alpha, seed
+    def __init__(self, target: NGramLM, cfg: SimConfig | None = None, seed: int = 1):
+        self.target, self.alpha, self.seed = target, (cfg or SimConfig()).alpha, seed
         self.vocab_size = target.vocab_size
         self.start, self.step = target.start, target.step
 

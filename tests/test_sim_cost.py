@@ -108,8 +108,8 @@ def test_measured_times():
     (lambda: make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "h200"), {"p_copy": 1.5}),
      "p_copy must be in [0, 1], got 1.5"),
     (lambda: make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "h200"), {"p_copy": 0.3,
-                                                                                        "pos_grain": 0}),
-     "sim.pos_grain must be >= 1, got 0"),
+                                                                                        "copy_window": 2}),
+     "sim.copy_window must be >= 3, got 2"),
     (lambda: ModelProfile.from_dict({"name": "m", "layers": 2, "hidden": 64, "intermediate": 128, "heads": 4,
                                      "kv_heads": 4, "vocab": 100, "params_b": 7.0}), "3% apart"),
 ])

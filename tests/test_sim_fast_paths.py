@@ -81,7 +81,7 @@ def test_lazy_preds_behave_as_a_list():
 @pytest.mark.parametrize("corpus", ["code", "pycode", "prose"])
 def test_fast_surrogate_equals_reference(corpus, p_copy, induction, alpha_copy, surprise):
     pair = make_pair(MODEL, HW, {"corpus": corpus, "alpha_easy": 0.7, "alpha_hard": 0.3, "p_copy": p_copy,
-                                 "induction": induction, "induction_decay": 0.6,
+                                 "copy_window": 16, "induction": induction, "induction_decay": 0.6,
                                  "alpha_copy": alpha_copy, "surprise_copy": surprise}, seed=5)
     p, q = pair.target.lm, pair.draft.lm
     rng = random.Random(1)
@@ -133,7 +133,7 @@ def test_copying_surrogate_copies_as_often_as_asked():
     """With p_copy = 1 every prediction whose last two tokens occurred before repeats what followed them."""
     from simulators.surrogate import NGramLM, plain_config
 
-    lm = NGramLM(plain_config(p_copy=1.0))
+    lm = NGramLM(plain_config(p_copy=1.0, copy_window=64))
     st, hits, found = lm.start(), 0, 0
     for t in [5, 9, 13, 2, 5, 9]:
         st = lm.step(st, t)
