@@ -1,7 +1,14 @@
 """strategy=suffix (ouroboros/strategies/suffix.py): golden tables on the suffix tree and its speculation, the tree
 against a brute-force reference (every substring counted by scanning), against ArcticInference's
 SuffixDecodingCache.speculate (the reference vLLM imports; skipped without the arctic-inference package), and the
-proposer's edge cases: no match, EOS inside a draft, eviction of the global tree, save / load."""
+proposer's edge cases: no match, EOS inside a draft, eviction of the global tree, save / load.
+
+The ArcticInference check needs the package importable. It is a source package (C++ with nanobind; its setup imports
+torch): in a separate venv, `pip install torch nanobind==2.9.2 setuptools wheel ninja cmake protobuf==5.29.6
+grpcio-tools numpy`, `pip download arctic-inference --no-deps --no-binary arctic-inference`, then
+`MAX_JOBS=1 pip install --no-build-isolation --no-deps arctic_inference-*.tar.gz` (0.3.0: about 2 minutes on one core;
+`--no-binary :all:` instead builds the build dependencies from source too, grpcio-tools among them, which did not
+finish in 5 minutes here), and put a folder holding only its `arctic_inference` package on PYTHONPATH."""
 
 import heapq
 import json
