@@ -16,9 +16,9 @@ the nodes whose index k cannot fill).
 `keep_history` (the paper's hot start): M outlives prompts; false: it is cleared for each prompt.
 
 Top-k rows come from the target's logits, which the loop returns when a proposer declares `reads_logits`. Where a
-forward gives none (a wrapper that hides the attribute), the target's prediction moves to the front of the row
-(the other candidates shift down): top-1 information only. Rows with fewer than k finite logits (the simulator's
-surrogate ranks only its own candidates) keep only those.
+forward gives none (a backend without logits), the target's prediction moves to the front of the row (the other
+candidates shift down): top-1 information only. Rows with fewer than k finite logits (the simulator's surrogate
+ranks only its own back-off table's continuations) keep only those.
 
 Golden (tests/test_recycling.py): M = {5: [6, 7], 6: [8]}, template [[0], [1], [0, 0]], root 5
     -> nodes 6 (under the root), 7 (under the root), 8 (under 6): tokens [6, 7, 8], parents [-1, -1, 0].
