@@ -130,3 +130,19 @@ def test_the_loop_asks_for_logits_only_for_a_proposer_that_reads_them(name, asks
     target = _Recorder(get_model("llama"))
     decode(target, build_proposer(name, {}, target), [1, 2, 1, 2], 4)
     assert set(target.asked) == {asks}
+
+
+def test_simulated_prompts_with_history_are_lossless_and_the_matrix_holds_runner_ups():
+    """On the simulator the surrogate's logits rank its runner-ups, so rows hold more than the prediction."""
+    from test_suffix import greedy_lm
+
+    from simulators import make_pair
+    from simulators.profiles import load_conf
+
+    pair = make_pair(dict(load_conf("model", "llama70b_7b")), dict(load_conf("hardware", "a800x2")), {})
+    prop = build_proposer("recycling", {}, pair.target)
+    for p in pair.default_prompts(6, 3):
+        res = decode(pair.target, prop, p.ids, 48, pair.eos_ids, prompt_id=p.id)
+        assert res.output == greedy_lm(pair.target.lm, p.ids, 48, pair.eos_ids)
+    assert prop.stats()["accepted:matrix"] > 0
+    assert max(len(row) for row in prop.matrix.values()) > 1

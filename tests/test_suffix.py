@@ -375,3 +375,31 @@ def test_bad_cache_files_and_params_are_one_line_errors(tmp_path):
                         ({"cache_on_error": "skip"}, "cache_on_error")]:
         with pytest.raises(OuroborosError, match=msg):
             make_config("suffix", params)
+
+
+def greedy_lm(lm, prompt, n, eos):
+    """Greedy decoding of a surrogate LM, one token at a time (no loop, no drafts)."""
+    st = lm.start()
+    for t in prompt:
+        st = lm.step(st, t)
+    out = []
+    for _ in range(n):
+        out.append(lm.predict(st))
+        if out[-1] in eos:
+            break
+        st = lm.step(st, out[-1])
+    return out
+
+
+@pytest.mark.parametrize("params", [{}, {"use_tree_spec": False, "suffix_decoding_max_cached_requests": 2}])
+def test_simulated_prompts_with_a_global_tree_are_lossless(params):
+    from simulators import make_pair
+    from simulators.profiles import load_conf
+
+    pair = make_pair(dict(load_conf("model", "llama70b_7b")), dict(load_conf("hardware", "a800x2")), {})
+    prop = build_proposer("suffix", params, pair.target)
+    for p in pair.default_prompts(6, 3):
+        res = decode(pair.target, prop, p.ids, 48, pair.eos_ids, prompt_id=p.id)
+        assert res.output == greedy_lm(pair.target.lm, p.ids, 48, pair.eos_ids)
+    st = prop.stats()
+    assert st["hits"] > 0 and st["cached_requests"] == min(6, params.get("suffix_decoding_max_cached_requests", 6))
