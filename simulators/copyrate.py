@@ -20,8 +20,9 @@ from pathlib import Path
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import need_field, packaged_file, read_answers, read_jsonl
+from simulators.corpus import PieceTokenizer, RealTokenizer, load_corpus
 from simulators.simconfig import SimConfig
-from simulators.surrogate import NGramLM, PieceTokenizer, RealTokenizer, load_corpus, plain_config
+from simulators.surrogate import NGramLM, plain_config
 
 Pair = tuple[list[int], list[int]]  # (prompt ids, continuation ids)
 INSTEAD = "pass --source FILE.jsonl ({prompt, completion} lines)"

@@ -6,9 +6,9 @@ A `TokenModel` decides the greedy next token of a context. It is incremental so 
 TAIL_LEN tokens, and the slots its copying, surprise and forgiving knobs need).
 
 - `NGramLM` (the surrogate target): a back-off n-gram table (orders 1..`order`) built from an embedded
-  corpus (Python standard-library source for "code", the interpreter's own help topics for "prose"; no
-  download). The greedy choice is the table's top continuation of the longest known suffix, replaced by a
-  runner-up when a hash of the position and the last TAIL_LEN tokens says so, so the text is varied,
+  corpus (simulators/corpus.py: Python standard-library source for "code", the interpreter's own help topics
+  for "prose"; no download). The greedy choice is the table's top continuation of the longest known suffix,
+  replaced by a runner-up when a hash of the position and the last TAIL_LEN tokens says so, so the text is varied,
   repeats common phrases (as code does) and does not lock into a loop. Optionally (`p_copy`) it copies from
   its own context as real LMs do: what followed the last two tokens the last time (simulators/copyrate.py
   measures how often real text does). Its varied choices (runner-up, copy) hash the position and the tail;
@@ -28,42 +28,17 @@ tuples are hashed). This module knows nothing of clocks, costs or strategies.
 
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
 import random
-import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
-from ouroboros.backends.base import OuroborosError
-from simulators.simconfig import CORPORA, P_SHIFT, TAIL_LEN, SimConfig
+from simulators.corpus import load_corpus, ngram_table, prompt_starts
+from simulators.simconfig import P_SHIFT, TAIL_LEN, SimConfig
 
-EOS_ID = 0
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _INV53 = 1.0 / (1 << 53)
-_PIECE = re.compile(r"[A-Za-z_]+|[0-9]+| +|\n|.", re.DOTALL)
-# pieces="bpe": words carry their leading space, as GPT-2-style pre-tokenizers (and Qwen's) split text; an indent
-# run keeps all but its last space, which joins the next word (" return"), so code and prose get about as many
-# tokens per character as a real tokenizer gives (sim.pieces; simulators/tokens.py measures the real ratio).
-_PIECE_BPE = re.compile(r" ?[A-Za-z_]+| ?[0-9]+| ?[^\sA-Za-z_0-9]| +(?!\S)| +|\n|.", re.DOTALL)
-PIECE_STYLES = {"words": _PIECE, "bpe": _PIECE_BPE}
-
-# Standard-library modules whose source makes the "code" corpus (about 0.5 MB; stable, plain Python).
-CODE_MODULES = ("argparse", "bisect", "calendar", "configparser", "contextlib", "copy", "csv", "dataclasses",
-                "difflib", "fractions", "functools", "heapq", "ipaddress", "json.decoder", "json.encoder",
-                "operator", "pprint", "queue", "shlex", "statistics", "string", "textwrap")
-# The "pycode" corpus (about 0.55 MB): modules of standard-library PACKAGES only, so it shares no file with a
-# datastore of the top-level modules (the REST datastore of docs/simulator-fidelity.md): a surrogate writing
-# "code" must not be reciting the retrieval corpus it is checked against.
-PACKAGE_MODULES = ("json", "logging", "concurrent.futures._base", "concurrent.futures.thread", "email.message",
-                   "email.utils", "email.feedparser", "http.cookies", "urllib.parse", "unittest.case",
-                   "tomllib._parser", "zoneinfo._zoneinfo", "wsgiref.handlers", "html.parser", "collections",
-                   "asyncio.tasks", "asyncio.queues", "importlib.metadata")
 
 
 def uniform(h: int) -> float:
@@ -78,160 +53,6 @@ class TokenModel(Protocol):
     def start(self) -> Any: ...
     def step(self, state: Any, token: int) -> Any: ...
     def predict(self, state: Any) -> int: ...
-
-
-# ---------------------------------------------------------------------------------------------- corpus
-@functools.cache
-def corpus_text(kind: str) -> str:
-    if kind in ("code", "pycode"):
-        parts = []
-        for name in CODE_MODULES if kind == "code" else PACKAGE_MODULES:
-            path = inspect.getsourcefile(importlib.import_module(name))
-            if path:
-                with open(path, encoding="utf-8") as f:
-                    parts.append(f.read())
-        return "\n\n".join(parts)
-    if kind == "prose":
-        from pydoc_data.topics import topics
-
-        return "\n\n".join(topics[k] for k in sorted(topics))[:600_000]
-    raise OuroborosError(f"unknown surrogate corpus {kind!r}; known: {', '.join(CORPORA)}")
-
-
-class PieceTokenizer:
-    """Words, digit runs, space runs and single characters; the `vocab_size` most frequent pieces of the
-    corpus get ids (id 0 = EOS), any other text falls back to its characters (non-ASCII -> '?'). No chat
-    template: real datasets (humaneval, mtbench, specbench, jsonl) on the `sim` backend are their plain text."""
-
-    real_ids = False   # ids are the surrogate's own (RealTokenizer: the pair's real ids)
-    eos_id = EOS_ID
-
-    def __init__(self, text: str, vocab_size: int, style: str = "words"):
-        chars = [chr(c) for c in range(32, 127)] + ["\n", "\t"]
-        if vocab_size < len(chars) + 2:
-            raise OuroborosError(f"surrogate vocab must be >= {len(chars) + 2}, got {vocab_size}")
-        if style not in PIECE_STYLES:
-            raise OuroborosError(f"surrogate pieces must be one of {', '.join(PIECE_STYLES)}, got {style!r}")
-        self.piece_re = PIECE_STYLES[style]
-        counts = Counter(p for p in self.piece_re.findall(text) if len(p) > 1)
-        top = [p for p, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: vocab_size - 1 - len(chars)]]
-        self.pieces = ["<|eos|>"] + chars + top
-        self.ids = {p: i for i, p in enumerate(self.pieces)}
-        self.vocab_size = self.plain_vocab = len(self.pieces)
-
-    def piece_id(self, piece: str) -> int | None:
-        return self.ids.get(piece)
-
-    def encode(self, text: str) -> list[int]:
-        out, ids, q = [], self.ids, self.ids["?"]
-        for p in self.piece_re.findall(text):
-            i = ids.get(p)
-            if i is not None:
-                out.append(i)
-            else:
-                out.extend(ids.get(c, q) for c in p)
-        return out
-
-    def decode(self, ids: list[int]) -> str:
-        return "".join(self.pieces[i] if 0 < i < len(self.pieces) else "" for i in ids)
-
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
-        """As a transformers tokenizer is called (the dataset loaders tokenize real prompts this way on `sim`);
-        there are no special tokens to add."""
-        return {"input_ids": self.encode(text)}
-
-
-class RealTokenizer:
-    """The pair's own tokenizer as the surrogate's (`sim.pieces=real`): the surrogate target then reads and writes
-    REAL token ids, so real prompts, REST datastores and the real pair's traces need no mapping, and which tokens
-    a datastore or a prompt shares with the surrogate's text is what the real tokenizer makes of them. Ids below
-    `plain_vocab` are ordinary tokens; the added special tokens above it are never produced (EOS = the
-    tokenizer's own)."""
-
-    real_ids = True
-
-    def __init__(self, path: str):
-        from transformers import AutoTokenizer
-
-        try:
-            self.tok = AutoTokenizer.from_pretrained(path)
-        except (OSError, ValueError) as e:
-            raise OuroborosError(f"sim.pieces=real: cannot load the tokenizer in {path!r}: "
-                                 f"{str(e).splitlines()[0]}") from None
-        self.vocab_size = len(self.tok)
-        added = list(getattr(self.tok, "added_tokens_decoder", {}) or {})
-        self.plain_vocab = min(added) if added else self.vocab_size
-        eos = self.tok.eos_token_id
-        self.eos_id = int(eos) if eos is not None else self.plain_vocab
-        self.chat_template = getattr(self.tok, "chat_template", None)
-
-    def piece_id(self, piece: str) -> int | None:
-        ids = self.encode(piece)
-        return ids[0] if len(ids) == 1 else None
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tok(text, add_special_tokens=False)["input_ids"])
-
-    def decode(self, ids: list[int], **kw: Any) -> str:
-        return str(self.tok.decode(ids))
-
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
-        return {"input_ids": self.encode(text)}
-
-    def apply_chat_template(self, messages: Any, **kw: Any) -> Any:
-        return self.tok.apply_chat_template(messages, **kw)
-
-
-@dataclass
-class Corpus:
-    kind: str
-    tokenizer: PieceTokenizer | RealTokenizer
-    ids: list[int]
-
-
-@functools.cache
-def load_corpus(kind: str, vocab_size: int, style: str = "words", tokenizer_dir: str | None = None) -> Corpus:
-    """The corpus `kind` in the surrogate's pieces (`style` words / bpe: `vocab_size` pieces of it), or with
-    style "real" in the real ids of the tokenizer in `tokenizer_dir` (vocab_size is then unused)."""
-    if style not in (*PIECE_STYLES, "real"):
-        raise OuroborosError(f"surrogate pieces must be one of {', '.join(PIECE_STYLES)}, real; got {style!r}")
-    text = corpus_text(kind)
-    if style == "real":
-        if not tokenizer_dir:
-            raise OuroborosError("sim.pieces=real needs the pair's tokenizer (a fetched pair, or sim.tokenizer=<dir>)")
-        real = RealTokenizer(tokenizer_dir)
-        return Corpus(kind, real, real.encode(text))
-    tok = PieceTokenizer(text, vocab_size, style)
-    return Corpus(kind, tok, tok.encode(text))
-
-
-@functools.cache
-def prompt_starts(kind: str, vocab_size: int, max_len: int, style: str = "words",
-                  tokenizer_dir: str | None = None) -> list[int]:
-    """Where prompts may start in a corpus: at each `def` (code), else every 97 tokens."""
-    corpus = load_corpus(kind, vocab_size, style, tokenizer_dir)
-    ids, tok = corpus.ids, corpus.tokenizer
-    defs = {i for i in (tok.piece_id("def"), tok.piece_id(" def")) if i is not None}
-    starts = [i for i in range(len(ids) - max_len) if ids[i] in defs]
-    return starts or list(range(0, len(ids) - max_len, 97))
-
-
-# ---------------------------------------------------------------------------------------------- target
-@functools.cache
-def ngram_table(kind: str, vocab_size: int, order: int, top: int, style: str = "words",
-                tokenizer_dir: str | None = None) -> dict[tuple[int, ...], tuple[int, ...]]:
-    """context (1..order tokens) -> its `top` most frequent next tokens (ties: first seen in the corpus first)."""
-    ids = load_corpus(kind, vocab_size, style, tokenizer_dir).ids
-    table: dict[tuple[int, ...], tuple[int, ...]] = {}
-    for n in range(1, order + 1):
-        counts = Counter(zip(*(ids[i:] for i in range(n + 1)), strict=False))  # (n + 1)-gram -> count
-        lists: dict[tuple[int, ...], list[int]] = {}
-        for g, _ in sorted(counts.items(), key=itemgetter(1), reverse=True):  # ties: first seen first
-            lst = lists.setdefault(g[:-1], [])
-            if len(lst) < top:
-                lst.append(g[-1])
-        table.update((k, tuple(v)) for k, v in lists.items())
-    return table
 
 
 INDUCTION_MAX = 16  # longest suffix match match-length copying looks for (tokens)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
+from simulators.corpus import PieceTokenizer, RealTokenizer
 from simulators.simconfig import SimConfig
-from simulators.surrogate import PieceTokenizer, RealTokenizer
 
 
 class RealCountTokenizer:

@@ -6,7 +6,7 @@ import pytest
 
 from ouroboros.backends.base import OuroborosError
 from simulators.copyrate import copy_rate, encode, fit, real_texts, surrogate_rate
-from simulators.surrogate import load_corpus
+from simulators.corpus import load_corpus
 from simulators.validate import main, parse_p_copy
 
 

@@ -314,7 +314,7 @@ _MEMORIES: dict[tuple[str, str], object] = {}
 
 def _corpus_memory(corpus: str, pieces: str):
     from ouroboros.datastore import Datastore
-    from simulators.surrogate import load_corpus
+    from simulators.corpus import load_corpus
 
     if (corpus, pieces) not in _MEMORIES:
         _MEMORIES[corpus, pieces] = Datastore.build([load_corpus(corpus, 4096, pieces).ids[:20000]])

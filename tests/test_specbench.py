@@ -63,8 +63,8 @@ def test_specbench_questions_decode_on_the_simulator(tmp_path):
     """A real question file on `sim`: the surrogate tokenizer encodes the questions' text (no chat template)."""
     from test_datasets import SPEC
 
+    from simulators.corpus import load_corpus
     from simulators.simconfig import SimConfig
-    from simulators.surrogate import load_corpus
 
     recs = sweep_records(tmp_path / "r.jsonl", "sweep=single", "strategy=ouroboros", "dataset=specbench",
                          f"dataset.path={SPEC}", "dataset.limit=3",
