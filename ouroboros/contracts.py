@@ -113,6 +113,7 @@ class Proposer(Protocol):
     counters: Counters
     needs_draft_model: bool          # the registry hands it the draft backend
     tree_models: tuple[str, ...]     # which backends ("target", "draft") it may give a token tree to score
+    reads_logits: bool               # observe() reads the target's logits (the loop asks the target for them)
 
     def begin(self, prompt: list[int]) -> None: ...
     def propose(self, state: DecodeState) -> Draft: ...

@@ -74,7 +74,7 @@ def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids:
     steps: list[StepRecord] = []
     stop = "budget" if max_new_tokens <= room else "context"
     # logits for a sampling verifier, or for a proposer that learns from every row (`reads_logits`: Token Recycling)
-    want_logits = verifier.needs_logits or getattr(proposer, "reads_logits", False)
+    want_logits = verifier.needs_logits or proposer.reads_logits
     soft = max_new_tokens if stop_at is None else stop_at
     while state.remaining > 0 and len(out) < soft:
         f0, k0 = dc.forwards, dc.tokens

@@ -34,6 +34,7 @@ class ModelFreeProposer:
     """Shared no-op lifecycle for proposers without a model of their own."""
 
     tree_models: tuple[str, ...] = ()
+    reads_logits = False
 
     def __init__(self) -> None:
         self.counters = Counters()

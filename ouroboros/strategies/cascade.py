@@ -53,6 +53,7 @@ class CascadeConfig:
 
 class CascadeProposer:
     needs_draft_model = True
+    reads_logits = False
     tree_models: tuple[str, ...] = ()
 
     def __init__(self, cfg: CascadeConfig, target: Backend, draft: Backend | None):

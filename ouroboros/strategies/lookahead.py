@@ -159,6 +159,7 @@ class OutputIndexer:
 
 class LookaheadProposer:
     needs_draft_model = False
+    reads_logits = False
     tree_models: tuple[str, ...] = ("target",)
 
     def __init__(self, cfg: LookaheadConfig, target=None, draft=None, pool: PhrasePool | None = None,

@@ -128,6 +128,7 @@ def corrected_branch(tokens: list[int], nodes: list[int], tip: int, preds: list[
 
 class OuroborosProposer:
     needs_draft_model = True
+    reads_logits = False
     tree_models: tuple[str, ...] = ("target", "draft")  # the drafter runs lookahead windows
 
     def __init__(self, cfg: OuroborosConfig, target: Backend, draft: Backend | None):

@@ -105,6 +105,7 @@ def check_pair(target: Backend, draft: Backend | None, who: str) -> Backend:
 
 class SpeculativeProposer:
     needs_draft_model = True
+    reads_logits = False
     tree_models: tuple[str, ...] = ()
 
     def __init__(self, cfg: SpeculativeConfig, target: Backend, draft: Backend | None):
