@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError, cli
-from ouroboros.datasets import Awaited, Record, render, select_records
+from ouroboros.datasets import render, select_records
+from ouroboros.sources import Awaited, Record
 from ouroboros.workloads import NOT_IN_KEY, answers_file, answers_key, read_meta
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from ouroboros.backends import registry
 from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import load_records
 from ouroboros.paths import check_writable
@@ -335,10 +336,9 @@ def check_serve(run: RunConfig) -> None:
 def check_sim(run: RunConfig) -> None:
     """What the simulator would refuse at load time, checked now (cheap: no token source is built): its options,
     the pair's profile and whether a calibration profile belongs to it, the hardware and placement, whether the
-    pair fits the memory, its cost models (simulators.pair.pair_setup, which make_pair runs too)."""
-    from simulators.pair import pair_setup
-
-    pair_setup(run.model, run.hardware or {}, run.sim)
+    pair fits the memory, its cost models (the registry's `setup` part: simulators.pair.pair_setup, which make_pair
+    runs too)."""
+    registry.part("sim", "setup")(run.model, run.hardware or {}, run.sim)
 
 
 def check_outputs(run: RunConfig) -> None:
@@ -365,9 +365,7 @@ def apply_explicit(run: RunConfig, overrides: list[str]) -> RunConfig:
     if "max_new_tokens" in keys and "dataset.max_new_tokens" not in keys and run.dataset.get("kind") != "synthetic":
         run = dataclasses.replace(run, dataset={**run.dataset, "max_new_tokens": run.max_new_tokens})
     if run.backend_kind == "sim":   # the pair's calibration profile for the dataset's task, unless sim= was typed
-        from simulators.trust import with_default_profile
-
-        sim = with_default_profile(run.sim, run.model, run.dataset, keys)
+        sim = registry.part("sim", "default_profile")(run.sim, run.model, run.dataset, keys)
         if sim is not run.sim:
             run = dataclasses.replace(run, sim=sim)
             check_sim(run)
@@ -388,9 +386,7 @@ def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
         out.append(f"simulating the default hardware={hw.get('name')} ({devices} device(s), placement {placement}); "
                    "pick one with hardware=<a100|a800x2|h100|h200>")
     if run.backend_kind == "sim":
-        from simulators.trust import source_notes
-
-        out += source_notes(run.sim, run.model, run.dataset, keys)
+        out += registry.part("sim", "notes")(run.sim, run.model, run.dataset, keys)
     return out
 
 

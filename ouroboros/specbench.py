@@ -25,8 +25,8 @@ from pathlib import Path
 
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
-from ouroboros.datasets import read_jsonl
 from ouroboros.record import Record
+from ouroboros.sources import read_jsonl
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Workloads where reuse across requests matters (docs/workloads.md): the pure parts.
+"""Workloads where reuse across requests matters (docs/workloads.md): their pure parts and their record loaders.
 
 - Code edits (`dataset=codeedit`): from a HumanEval problem's prompt + canonical solution, an edit request whose
   answer repeats most of the code: `type_hints` (the code without its annotations, "add type hints"), `docstring`
@@ -7,8 +7,12 @@
 - Self-refinement (`dataset=selfrefine`): `REFINE` is the second user turn after the model's own first answer.
 - The answers cache: turn-1 answers of a model live in `<cache>/workloads/<key>/<source>.jsonl`, one folder per
   (target model spec, dtype, answer budget) (`answers_key`), written by `python -m ouroboros.answers`.
+- The record loaders (`mtbench_multiturn_records`, `selfrefine_records`, `codeedit_records`; the dataset kinds of
+  `ouroboros.datasets.RECORD_LOADERS`): a dataset config's options -> `Record`s, from the packaged HumanEval /
+  MT-Bench data and the answers cache; a request whose turn-1 answer is not cached yet awaits it (`Awaited`).
 
-Knows nothing of tokenizers, models, the loop or Hydra; reads no file except through `read_meta`.
+Knows nothing of tokenizers, models, the loop, Hydra or the selection of requests (ouroboros/datasets.py); reads
+files only through ouroboros/sources.py and `read_meta`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,22 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ouroboros.contracts import OuroborosError
+from ouroboros.fetch import default_cache_dir
+from ouroboros.sources import (
+    Awaited,
+    Question,
+    Record,
+    humaneval_file,
+    humaneval_records,
+    mtbench_file,
+    need_field,
+    pick_categories,
+    read_answers,
+    read_jsonl,
+    read_questions,
+)
 
 EDITS = ("type_hints", "docstring", "rename", "comments")
 SOURCES = ("humaneval", "mtbench")     # where first answers come from (the packaged data)
@@ -144,3 +164,100 @@ def answers_file(folder: str | Path, source: str) -> Path:
 def read_meta(folder: str | Path) -> dict[str, Any] | None:
     p = Path(folder) / "meta.json"
     return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
+
+
+# ------------------------------------------------------------------------- record loaders (RECORD_LOADERS)
+def str_list(cfg: dict, key: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    """A list option whose items come from `allowed` (default: all of them), or a one-line error."""
+    val = cfg.pop(key, None)
+    val = list(allowed) if val is None else val
+    if isinstance(val, str):
+        val = [val]
+    if not isinstance(val, list | tuple) or not val:
+        raise OuroborosError(f"{what}: {key} must be a non-empty list of {', '.join(allowed)}, got {val!r}")
+    bad = [v for v in val if v not in allowed]
+    if bad:
+        raise OuroborosError(f"{what}: unknown {key[:-1]} {bad[0]!r}; known: {', '.join(allowed)}")
+    return [str(v) for v in val]
+
+
+def answers_folder(cfg: dict, what: str) -> tuple[Path, int]:
+    """(the turn-1 answers' folder, their budget): `answers_dir`, else the cache folder of the model
+    (`answers_model`, `answers_dtype`: the run's, by interpolation in the YAML) and `answer_tokens`."""
+    tokens = cfg.pop("answer_tokens", 256)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise OuroborosError(f"{what}: answer_tokens must be an int >= 1, got {tokens!r}")
+    folder, model, dtype = cfg.pop("answers_dir", None), cfg.pop("answers_model", None), cfg.pop("answers_dtype", None)
+    if folder:
+        return Path(folder).expanduser(), tokens
+    if not isinstance(model, dict) or not dtype:
+        raise OuroborosError(f"{what}: set answers_dir=<a folder of turn-1 answers>, or answers_model and "
+                             "answers_dtype (conf/dataset/ sets them to the run's model and backend.dtype)")
+    return default_cache_dir() / "workloads" / answers_key(model, str(dtype), tokens), tokens
+
+
+def built_answers(folder: Path, source: str) -> dict[str, str]:
+    p = answers_file(folder, source)
+    return read_answers(str(p)) if p.is_file() else {}
+
+
+def first_turns(source: str) -> list[Question]:
+    """The packaged questions whose first answers the workloads reuse; HumanEval's first turn as
+    conf/dataset/humaneval.yaml renders it."""
+    if source == "mtbench":
+        return read_questions(mtbench_file(None))
+    return [Question(r.id, "humaneval", [HUMANEVAL_TEMPLATE.format(prompt=r.turns[0])], 0)
+            for r in humaneval_records(None)]
+
+
+def after_first_answer(folder: Path, tokens: int, source: str, q: Question, second: str,
+                       answers: dict[str, str]) -> Record:
+    """[first turn, the model's answer, `second`]; without the answer, a record that awaits it."""
+    if q.id in answers:
+        return Record(q.id, [q.turns[0], second], [answers[q.id]], q.category)
+    return Record(q.id, [q.turns[0], second], [], q.category,
+                  awaits=Awaited(str(folder), source, q.id, q.turns[0], tokens))
+
+
+def mtbench_multiturn_records(cfg: dict, seed: int) -> list[Record]:
+    """MT-Bench's turn 2 after the model's own turn-1 answer (questions with two turns)."""
+    folder, tokens = answers_folder(cfg, "mtbench_multiturn")
+    path = mtbench_file(None)
+    questions = pick_categories(read_questions(path), cfg.pop("categories", None), path, "mtbench_multiturn")
+    answers = built_answers(folder, "mtbench")
+    return [after_first_answer(folder, tokens, "mtbench", q, q.turns[1], answers)
+            for q in questions if len(q.turns) >= 2]
+
+
+def selfrefine_records(cfg: dict, seed: int) -> list[Record]:
+    """Each source's first turn, the model's own answer, then `REFINE[source]`."""
+    sources = str_list(cfg, "sources", SOURCES, "selfrefine")
+    folder, tokens = answers_folder(cfg, "selfrefine")
+    out = []
+    for source in sources:
+        answers = built_answers(folder, source)
+        out += [after_first_answer(folder, tokens, source, q, REFINE[source], answers)
+                for q in first_turns(source)]
+    return out
+
+
+def codeedit_records(cfg: dict, seed: int) -> list[Record]:
+    """The `edits` of every HumanEval problem (prompt + canonical solution), each request its own record."""
+    edits = str_list(cfg, "edits", EDITS, "codeedit")
+    edit_seed = cfg.pop("edit_seed", 0)
+    if isinstance(edit_seed, bool) or not isinstance(edit_seed, int):
+        raise OuroborosError(f"codeedit: edit_seed must be an int, got {edit_seed!r}")
+    src = humaneval_file(cfg.pop("path", None))
+    out = []
+    for n, obj in read_jsonl(src):
+        where = f"{src.name}:{n}"
+        tid = str(need_field(obj, "task_id", where, str))
+        code = need_field(obj, "prompt", where, str) + need_field(obj, "canonical_solution", where, str)
+        entry = need_field(obj, "entry_point", where, str)
+        rng = edit_rng(edit_seed, tid)
+        try:
+            reqs = [edit_request(e, code, entry, rng) for e in edits]
+        except SyntaxError as e:
+            raise OuroborosError(f"{where}: the prompt + canonical solution is not valid Python ({e.msg})") from None
+        out += [Record(f"{tid}/{r.edit}", [r.text], [], r.edit) for r in reqs if r is not None]
+    return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ouroboros.backends.base import OuroborosError
-from ouroboros.datasets import need_field, packaged_file, read_answers, read_jsonl
+from ouroboros.sources import need_field, packaged_file, read_answers, read_jsonl
 from simulators.corpus import PieceTokenizer, RealTokenizer, load_corpus
 from simulators.simconfig import SimConfig
 from simulators.surrogate import NGramLM, plain_config

@@ -24,10 +24,6 @@ PENDING_ENTRY = {
     "simulators.validate": "validate imports fetch's default_cache_dir: goes with calibration and checks as one "
                            "package (issue 34, 4)",
 }
-PENDING_SIM = {
-    "ouroboros.config": "check_sim / apply_explicit / explicit_notices call simulators.pair and simulators.trust: "
-                        "they move behind the backend registry with SimConfig (issue 34, 2)",
-}
 
 
 def modules() -> dict[str, ast.Module]:
@@ -183,8 +179,7 @@ def test_simulator_refs_sees_every_form():
                                     "simulators.serving:SimEngine"]
 
 
-@pytest.mark.parametrize("module", _pending(sorted(m for m in MODS if m.startswith("ouroboros") and m != REGISTRY),
-                                            PENDING_SIM))
+@pytest.mark.parametrize("module", sorted(m for m in MODS if m.startswith("ouroboros") and m != REGISTRY))
 def test_ouroboros_reaches_the_simulator_only_through_the_registry(module):
     bad = simulator_refs(MODS[module])
     assert not bad, f"{module} names the simulator ({bad}); reach it through {REGISTRY}"

@@ -5,8 +5,9 @@ simulator (sim) before a run uses it, and the simulator, which imports the core,
 core. This is the one module of `ouroboros` that names the simulator's modules (tests/test_imports.py). A backend
 says its kind (`Servable.kind` in ouroboros/contracts.py); `engine(kind)` is the batched-serving engine class its
 kind runs under load (ouroboros/serving/scheduler.py `Engine`, built with `for_backend(backend, prefill)`);
-`part(kind, name)` is one of the kind's other parts (the simulated pair's loader, its decisions block, its memory
-check), for the modules that load a session or build a record.
+`part(kind, name)` is one of the kind's other parts (the simulated pair's loader and its load-time checks, its
+decisions block and notes, its default calibration profile, its memory check), for the modules that check a
+config, load a session or build a record.
 
 Knows nothing of models, configs or strategies.
 """
@@ -33,6 +34,9 @@ BACKENDS: dict[str, BackendKind] = {
         "pair": "simulators:make_pair",                          # (model, hardware, sim, seed) -> the pair
         "decisions": "simulators.trust:record_decisions",        # (sim, strategy) -> a record's `decisions`
         "serving_fit": "simulators.pair:check_serving_fit",      # a served point's weights + KV caches fit
+        "setup": "simulators.pair:pair_setup",                   # (model, hardware, sim): load-time checks, no tokens
+        "default_profile": "simulators.trust:with_default_profile",   # the dataset task's calibration profile
+        "notes": "simulators.trust:source_notes",                # a simulated run's `note:` lines on its decisions
     }),
 }
 
