@@ -46,7 +46,7 @@ from simulators.realcheck import trace_name, warm_up
 from simulators.replay import load_trace, trace_prompts
 
 FIT_KEYS = ("eta", "c", "match")  # + every hit rate, + speculative's per-position acceptance
-FIT_GRID = (                      # the surrogate's knobs (simulators/surrogate.py) and the values tried
+FIT_GRID = (                      # SimConfig fields and the values tried (tests/test_sim_config.py checks them)
     ("corpus", ("pycode", "prose")),  # the text kind (a real instruct model explains in prose, then codes); "code"
                                       # (stdlib top-level modules) is not tried: REST's stdlib datastore holds it
     ("induction", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6)),   # match-length copying (the real pair copies its prompt)
