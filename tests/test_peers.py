@@ -208,15 +208,15 @@ def test_real_compare_sweep_with_peers_and_analysis(tmp_path):
     res = run_module("ouroboros.sweep", *common, "sweep=real_compare", "logger.console=true", tmp=tmp_path)
     assert res.code == 0, res.err
     recs = [r for r in map(_json.loads, out.read_text().splitlines()) if "point_id" in r]
-    assert [r["strategy"] for r in recs] == ["vanilla", "speculative", "pld", "ouroboros", "hf_greedy", "hf_assisted",
-                                             "hf_pld"]
+    assert [r["strategy"] for r in recs] == ["vanilla", "speculative", "pld", "ouroboros", "suffix", "recycling",
+                                             "hf_greedy", "hf_assisted", "hf_pld"]
     assert all(r["identical_to_baseline"] == "2/2" for r in recs[1:])
-    assert recs[5]["params"]["num_assistant_tokens"] == 3 and "hf_assisted" in recs[5]["label"]
+    assert recs[7]["params"]["num_assistant_tokens"] == 3 and "hf_assisted" in recs[7]["label"]
     ratios = [ln for ln in res.out.splitlines() if ln.startswith("ours/peer: ")]
     assert [ln.split(": ")[1] for ln in ratios] == [
         "vanilla / hf_greedy",
         "speculative gamma=3 / hf_assisted num_assistant_tokens=3 assistant_confidence_threshold=0.0", "pld / hf_pld"]
-    a, b = recs[0]["totals"]["tokens_per_s"], recs[4]["totals"]["tokens_per_s"]
+    a, b = recs[0]["totals"]["tokens_per_s"], recs[6]["totals"]["tokens_per_s"]
     assert ratios[0].endswith(f"= {a / b:.3f}x")
     res = run_module("analysis", str(out), "--out", str(tmp_path / "an"))
     assert res.code == 0, res.err
