@@ -104,3 +104,28 @@ def test_per_task_speedups_never_pair_two_processes():
     assert not same_process(base, timed({"a": "p1", "b": "p2"}), {"a", "b"})
     assert same_process(base, timed({"a": "p1", "b": "p2"}), {"b"})
     assert not same_process(base, timed(None), {"a"}) and same_process(timed(None), timed(None), {"a"})
+
+
+def test_the_same_sweep_simulated_and_on_real_models_never_shares_a_figure(tmp_path):
+    """Issue 33: the main job's sweep (compare) simulated for llama70b_7b (modelled clock) and the same sweep on the
+    tiny pair on hf (wall clock) in one records file: every figure holds one of the two and names its clock."""
+    from analysis.plots import all_figures, close
+
+    out, grid = tmp_path / "r.jsonl", 'sweep.grid=["strategy=pld,suffix"]'
+    tiny = ["model=tiny", "model.hidden_size=64", "model.vocab_size=128", "model.eos_id=1", "backend.dtype=float64",
+            "dataset.num_prompts=2", "max_new_tokens=4", "logger=quiet"]
+    sim = sweep_records(out, "sweep=compare", grid)
+    real = sweep_records(out, "sweep=compare", grid, base=tiny)
+    assert {r.backend for r in sim} == {"sim"} and {r.backend for r in real} == {"hf"}
+    assert {r.sweep for r in sim + real} == {"compare"} and {r.label for r in sim} == {r.label for r in real}
+    figs = all_figures(sim + real)
+    bars = {n: f for n, f in figs.items() if n.startswith("bars_")}
+    assert len(bars) == 2, sorted(figs)
+    for name, fig in bars.items():
+        texts = " ".join(t.get_text() for ax in fig.axes for t in [*ax.texts, ax.title])
+        texts += " ".join(t.get_text() for t in fig.texts)
+        assert ("modelled time" in texts) != ("wall" in texts), (name, texts)   # the title names one clock
+        n_bars = sum(len(c) for ax in fig.axes for c in ax.containers)
+        assert n_bars == len(sim), (name, n_bars)                              # one run's points, not both
+    for fig in figs.values():
+        close(fig)
