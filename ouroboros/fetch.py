@@ -40,6 +40,7 @@ from pathlib import Path
 
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
+from ouroboros.paths import default_cache_dir
 
 CHUNK_BYTES = 1 << 22
 DISK_MARGIN_BYTES = 64 << 20   # head-room kept free beyond the bytes a stage will write
@@ -90,12 +91,6 @@ PAIRS: dict[str, tuple[str, str | None]] = {
 }
 
 Downloader = Callable[[Part, Path], None]
-
-
-def default_cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/ouroboros`, else `~/.cache/ouroboros` (the user's cache directory)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ouroboros"
 
 
 def wheel_prefix(part: Part) -> str:

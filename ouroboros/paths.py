@@ -2,7 +2,8 @@
 creating it (and any missing folders above it), then removes what it created, so a run that stops later on a
 bad input leaves the file system as it found it.
 
-Knows nothing of records, configs or models: callers name the option (`what`) for the one-line error.
+Knows nothing of records, configs or models: callers name the option (`what`) for the one-line error. Also where
+the user's cache lives (`default_cache_dir`: fetched models, recorded runs, workloads).
 """
 
 from __future__ import annotations
@@ -11,6 +12,12 @@ import os
 from pathlib import Path
 
 from ouroboros.backends.base import OuroborosError
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/ouroboros`, else `~/.cache/ouroboros` (the user's cache directory)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ouroboros"
 
 
 def check_writable(path: str | os.PathLike, what: str) -> None:
