@@ -1,7 +1,7 @@
 """`ArgumentParser` for the argparse entry points wrapped by `@cli` (ouroboros.backends.base): a bad flag raises
 OuroborosError, so it prints as one `error: <message>` line and exits 2, like every other bad input (argparse's
 own error prints the usage block first). Also the two list flags of the measurement tools that load a real pair
-outside Hydra (`simulators.realcheck`, `ouroboros.bench.forward`): `parse_runs` and `parse_kind`."""
+outside Hydra (`simulators check clock`, `ouroboros.bench.forward`): `parse_runs` and `parse_kind`."""
 
 from __future__ import annotations
 

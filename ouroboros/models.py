@@ -85,7 +85,8 @@ def loading_options(model: dict) -> tuple[str, dict]:
 
 def load_pair(model: dict, dtype: str = "float32", device: str = "cpu") -> LoadedPair:
     """Dispatch on model['kind'] (the Hydra `model` group, as a plain dict). transformers' weight-loading bars show
-    only on a terminal (every caller: run, sweep, realcheck, calibrate, bench.forward), so logs stay readable."""
+    only on a terminal (every caller: run, sweep, `simulators check clock` and `calibrate clock`, bench.forward), so
+    logs stay readable."""
     kind, cfg = loading_options(model)
     if not sys.stderr.isatty():
         from transformers.utils import logging as hf_logging

@@ -10,7 +10,7 @@
   `roofline_p` > 0 replaces the sharp max(w, f) with the smooth (w^p + f^p)^(1/p): real kernels fall below both
   ceilings near the ridge (k where w = f), by 2^(1/p) at the ridge itself (p = 1: weight streaming and compute do
   not overlap at all), and approach the max far from it. 0 (the default) keeps the sharp roofline. Only a
-  measurement sets it (`fit` chooses it with the tile: `simulators.calibrate` on the machine, `--weights random`
+  measurement sets it (`fit` chooses it with the tile: `simulators calibrate clock` on the machine, `--weights random`
   where the weights are not at hand);
 - kv_s_per_ctx: reading one cached token's K and V in every layer; attn_s_per_q_ctx: the QK^T and AV cost of one
   query x one key (the k new tokens attend to the ctx cached ones and to each other: k x (ctx + k) pairs).
@@ -32,7 +32,7 @@
 Three ways in: `from_spec` (model profile x hardware profile x dtype, with placement: single device,
 pipeline = device_map="auto" (layers run one device after another), tensor parallel), `scaled_to` (a
 user's measured t(1) = t_T or t_S; the shape comes from the spec model or is flat), and `fit` (least squares
-over measured (k, ctx, seconds) points, as `simulators.calibrate` does). `check_fits` refuses pairs that do
+over measured (k, ctx, seconds) points, as `simulators calibrate clock` does). `check_fits` refuses pairs that do
 not fit the machine's memory.
 
 This module knows nothing of tokens, strategies or clocks: it only turns shapes into seconds.

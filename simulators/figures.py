@@ -1,4 +1,4 @@
-"""A pair's measured speed figures per task, as `Task`s: what `simulators.calibrate measured` fits (vanilla token/s,
+"""A pair's measured speed figures per task, as `Task`s: what `simulators calibrate measured` fits (vanilla token/s,
 speculative token/s and block efficiency or accepted length, with the SpS draft length or schedule used) and what the
 checks compare predictions with (`held_out`: lookahead and Ouroboros figures, never fitted).
 

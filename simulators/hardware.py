@@ -39,7 +39,7 @@ class Hardware:
     attention: str = "fused"        # fused (flash / SDPA: FLOPs only) | eager (scores materialised; cost_model)
     runtime_gb: float = 1.5         # memory per device taken by the runtime (CUDA context, allocator, activations)
     source: str = ""
-    costs: dict[str, dict[str, Any]] | None = None  # fitted cost models by model name (simulators.calibrate)
+    costs: dict[str, dict[str, Any]] | None = None  # fitted cost models by model name (simulators calibrate clock)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Hardware:

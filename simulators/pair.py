@@ -4,7 +4,7 @@ from the plain dicts of the Hydra groups `model` (with its `profile:` section), 
 Cost (which seconds each forward is charged), in order of precedence:
   1. sim.t_target_s / sim.t_draft_s: a user's measured single-token forward times (t_T, t_S); the shape in k
      and ctx comes from the spec-sheet model unless sim.shape == "flat";
-  2. hardware.costs[<model name>]: a fitted cost model written by `python -m simulators.calibrate`;
+  2. hardware.costs[<model name>]: a fitted cost model written by `python -m simulators calibrate clock`;
   3. the spec-sheet roofline (`cost_model.from_spec`) of the model profile on the hardware profile.
 Tokens (sim.tokens): `surrogate` (n-gram target + bursty draft), `iid` (draft agrees with probability
 sim.alpha, i.i.d.), `replay` (sim.trace: a trace recorded by `simulators.replay`), `proxy` (sim.proxy_model:

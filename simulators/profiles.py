@@ -88,7 +88,7 @@ class ModelProfile:
     def hf_config(self):
         """A stock transformers config of this shape (Qwen2 where the q/k/v projections carry biases, else Llama):
         a random-init model of it has exactly `params` parameters and costs what the real model costs per forward
-        (`simulators.calibrate --weights random` times one on any device without the weights)."""
+        (`simulators calibrate clock --weights random` times one on any device without the weights)."""
         from transformers import LlamaConfig, Qwen2Config
 
         kw = {"vocab_size": self.vocab, "hidden_size": self.hidden, "intermediate_size": self.intermediate,

@@ -19,10 +19,12 @@ Knows nothing of costs or strategies.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ouroboros.backends.base import Backend, BackendWrapper, OuroborosError, Scores
 from ouroboros.datasets import Prompt
+from ouroboros.decode import decode
 from ouroboros.draft import Draft
 
 _MASK64 = (1 << 64) - 1
@@ -181,3 +183,17 @@ def trace_lms(doc: dict[str, Any]) -> dict[str, TraceLM]:
 
 def trace_prompts(doc: dict[str, Any]) -> list[Prompt]:
     return [Prompt(id=p["id"], ids=p["ids"], max_new_tokens=p.get("max_new_tokens")) for p in doc["prompts"]]
+
+
+WARMUP_TOKENS = 4  # each run's warm-up decode (on the first prompt) before the recorded prompts
+
+
+def warm_up(pair, proposer, first_prompt: list[int]) -> None:
+    """Replay `record`'s warm-up: one WARMUP_TOKENS-token decode of the first prompt with the same proposer, whose
+    state carries its effect (a pool with history, the hf draft-length schedule), then the runner's checkpoint."""
+    decode(pair.target, proposer, first_prompt, WARMUP_TOKENS, pair.eos_ids, prompt_id="warmup")
+    proposer.checkpoint()
+
+
+def trace_name(label: str) -> str:
+    return "trace-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", label) + ".json"

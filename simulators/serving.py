@@ -27,7 +27,7 @@ class SimEngine:
     next batched forward of the same model (its tokens add to that forward's rows; the weights are read once);
     a prefill no forward of its model ever follows (a draft model that load-aware never drafted with) is charged
     alone when its request ends. prefill="separate": each prefill is its own forward when the request joins, as
-    the hf backend runs them (what `realcheck --batches` replays)."""
+    the hf backend runs them (what `check clock --batches` replays)."""
 
     def __init__(self, prefill: str = "batched") -> None:
         check_prefill(prefill)

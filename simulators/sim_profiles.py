@@ -1,14 +1,15 @@
 """Calibration profiles: conf/sim/<pair>_<task>.yaml, one per (model pair, task), selected with `sim=<profile>` by
-`ouroboros.run`, `sweep`, `tune` and `simulators.validate`; each pair's conf/model/<pair>.yaml names its own under
+`ouroboros.run`, `sweep`, `tune` and `simulators check paper`; each pair's conf/model/<pair>.yaml names its own under
 `sim_profiles:` (task -> profile). A profile is a partial `sim` config (Hydra's `defaults: [default, _self_]` fills
 the rest, so `sim.<key>=v` still overrides any option) holding only what its fit set, `pair:` (the model it was fitted
 for; make_pair refuses another) and `fit:` (its inputs: which published or measured figures, which command, commit).
 
-Writers (`python -m simulators.calibrate measured|decisions`):
-- `simulators.measured`: any pair's per-task fit from its measured vanilla token/s, SpS token/s and SpS block
-  efficiency ONLY (the fit of `simulators.validate paper`; the Yi-34B/6B profiles are it on the paper's figures);
+Writers (`python -m simulators calibrate measured|decisions`):
+- `simulators.calibration.measured`: any pair's per-task fit from its measured vanilla token/s, SpS token/s and SpS
+  block efficiency ONLY (the fit of `simulators check paper`; the Yi-34B/6B profiles are it on the paper's figures);
   the model YAML's `sim_profiles:` or the name <pair>_<task> makes a profile its task's default (simulators/trust.py);
-- `simulators.decisions.fit_profile`: the surrogate's agreement knobs fitted to a real pair's recorded decisions.
+- `simulators.calibration.decisions.fit_profile`: the surrogate's agreement knobs fitted to a real pair's recorded
+  decisions.
 
 Knows nothing of strategies or the loop.
 """
@@ -42,7 +43,7 @@ def git_commit() -> str:
 
 def profile_text(title: str, fields: dict[str, Any], fit: dict[str, Any]) -> str:
     """A profile file: a header, the defaults list, one documented line per field, then `fit:`."""
-    lines = [f"# {title}", "# Written by `python -m simulators.calibrate` (simulators/sim_profiles.py); select with",
+    lines = [f"# {title}", "# Written by `python -m simulators calibrate` (simulators/sim_profiles.py); select with",
              "# sim=<this file's name>. Unlisted options come from conf/sim/default.yaml.",
              "defaults:", "  - default", "  - _self_"]
     for k, v in fields.items():

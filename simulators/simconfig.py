@@ -32,14 +32,15 @@ SHAPES = ("spec", "flat")
 # group -> what its options describe (a header line in conf/sim/default.yaml and docs/simulator.md)
 GROUPS = {
     "source": "where the token decisions come from",
-    "text": "the text prior: how the surrogate target writes and reads text. Fitted by `python -m simulators."
+    "text": "the text prior: how the surrogate target writes and reads text. Fitted by `python -m simulators "
             "calibrate prior` to the real Qwen2.5-Coder pair's recorded greedy runs of HumanEval, GSM8K and MT-Bench "
             "(fit prompts only; no published figure); a profile fitted to a pair's own recordings overrides them",
     "draft": "draft agreement: how often the surrogate draft writes the target's token (a profile fits these to the "
              "pair's SpS block efficiency or to its recorded decisions)",
     "clock": "the clock: which seconds each forward is charged (simulators/cost_model.py)",
     "machine": "the machine the pair is placed on (overrides of the hardware profile; the memory check)",
-    "provenance": "a calibration profile's identity and what it was fitted to (written by simulators.calibrate)",
+    "provenance": "a calibration profile's identity and what it was fitted to (written by `python -m simulators "
+                  "calibrate`)",
 }
 
 
@@ -86,7 +87,7 @@ class SimConfig:
                        "runner-up): the real pair's share of predictable tokens, fitted to its recorded runs",
                        lo=0.0, hi=1.0)
     p_copy: float = opt(0.2, "text", "how often it copies what followed its last two tokens earlier: real text's copy "
-                        "rate (code 0.40, prose 0.32 on HumanEval / MT-Bench answers: validate copy-rate); fitted "
+                        "rate (code 0.40, prose 0.32 on HumanEval / MT-Bench answers: check copy-rate); fitted "
                         "with the prior", lo=0.0, hi=1.0)
     copy_window: int = opt(256, "text", "how far back the target copies and matches from (tokens): the span of context "
                            "a real LM copies from; not fitted, but it moves held-out error (docs/simulator.md)", lo=3)
@@ -123,7 +124,7 @@ class SimConfig:
     recall_min: int = opt(6, "text", "... where its last this many tokens occur in that text", lo=1, hi=TAIL_LEN)
     recall_text: str | None = opt(None, "text", "the text it knows: a REST datastore (.npz, python -m ouroboros."
                                   "rest_datastore) in the simulator's ids, e.g. the run's strategy.params.datastore; "
-                                  "validate / calibrate decisions give a REST run its own")
+                                  "check / calibrate decisions give a REST run its own")
     # ------------------------------------------------------------------------------------------ draft agreement
     alpha_easy: float = opt(0.92, "draft", "surrogate draft agreement in easy stretches", lo=0.0, hi=1.0)
     alpha_hard: float = opt(0.45, "draft", "... in hard stretches", lo=0.0, hi=1.0)

@@ -8,7 +8,7 @@
 - `decision_source(sim)`: `recorded` (a replayed real trace), `proxy` (a small real pair decides), `iid` (a toy
   agreement rate), `profile <name>` (fitted to what its `fit:` block names) or `prior` (not calibrated for this pair
   and task), with the 80% error band that the project's own held-out checks measured for that kind of source
-  (conf/calibration/bands.yaml, written by `python -m simulators.calibrate bands`).
+  (conf/calibration/bands.yaml, written by `python -m simulators calibrate bands`).
 
 Knows nothing of strategies or the loop.
 """
@@ -182,4 +182,4 @@ def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, 
     has = f"; its profiles: {', '.join(f'{k} -> {v}' for k, v in own)}" if own else ""
     return [f"decisions: the uncalibrated prior ({why}{has}). Every eta and speedup is a guess, within the prior's "
             f"bands at best; to calibrate, measure vanilla and speculative once on your pair, then `python -m "
-            f"simulators.calibrate measured --model {pair} --task {task or '<task>'} ...` (README)"]
+            f"simulators calibrate measured --model {pair} --task {task or '<task>'} ...` (README)"]

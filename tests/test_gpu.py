@@ -73,11 +73,12 @@ def test_end_to_end_run_on_cuda(tmp_path, dtype):
 
 
 def test_calibrate_random_weights_on_cuda(tmp_path, monkeypatch, capsys):
-    """`simulators.calibrate --weights random --device cuda`: random-init models of a profile's shapes built on the
-    GPU, timed there (synchronised clock), fitted, and a profile written that names the GPU."""
+    """`python -m simulators calibrate clock --weights random --device cuda`: random-init models of a profile's
+    shapes built on the GPU, timed there (synchronised clock), fitted, and a profile written that names the GPU."""
     import yaml
 
-    import simulators.calibrate as cal
+    import simulators.calibration.cost as cal
+    from simulators.__main__ import main
 
     prof = {"target": {"name": "tiny-t", "layers": 4, "hidden": 256, "intermediate": 512, "heads": 4, "kv_heads": 2,
                        "vocab": 512, "max_context": 512},
@@ -85,9 +86,9 @@ def test_calibrate_random_weights_on_cuda(tmp_path, monkeypatch, capsys):
                       "vocab": 512, "max_context": 512}}
     monkeypatch.setattr(cal, "load_conf", lambda group, name: {"name": name, "kind": "profile", "profile": prof})
     out = tmp_path / "gpu.yaml"
-    assert cal.main(["--model", "shape-only", "--weights", "random", "--device", "cuda", "--dtype", "float16",
-                     "--attention", "eager", "--ks", "1,4,16", "--ctxs", "8,32", "--repeats", "2",
-                     "--out", str(out)]) == 0
+    assert main(["calibrate", "clock", "--model", "shape-only", "--weights", "random", "--device", "cuda",
+                 "--dtype", "float16", "--attention", "eager", "--ks", "1,4,16", "--ctxs", "8,32", "--repeats", "2",
+                 "--out", str(out)]) == 0
     assert "random weights on cuda" in capsys.readouterr().out
     hw = yaml.safe_load(out.read_text())
     assert set(hw["costs"]) == {"tiny-t", "tiny-d"} and hw["tflops"] > 0 and hw["mem_bw_gb_s"] > 0

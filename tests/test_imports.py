@@ -18,12 +18,6 @@ CORE = ("ouroboros.contracts", "ouroboros.draft", "ouroboros.verify", "ouroboros
         "ouroboros.serving", "ouroboros.batch")
 EDGE_LIBRARIES = ("hydra", "omegaconf", "wandb", "simulators")   # what only the edges (entry points, config) import
 REGISTRY = "ouroboros.backends.registry"
-# Imports the rules forbid that live in modules other work is rewriting now (issue 34): each is an xfail, named, so
-# the rule holds for every other module and the mark goes once the import does (not strict: modules are moving).
-PENDING_ENTRY = {
-    "simulators.validate": "validate imports fetch's default_cache_dir: goes with calibration and checks as one "
-                           "package (issue 34, 4)",
-}
 
 
 def modules() -> dict[str, ast.Module]:
@@ -125,11 +119,6 @@ def _entry_points(mods: dict[str, ast.Module]) -> set[str]:
     return {m for m, tree in mods.items() if is_entry_point(m, tree)}
 
 
-def _pending(names: list[str], pending: dict[str, str]) -> list:
-    return [pytest.param(m, marks=pytest.mark.xfail(reason=pending[m], strict=False)) if m in pending else m
-            for m in names]
-
-
 MODS = modules()
 
 
@@ -140,7 +129,7 @@ def test_core_imports_no_edge_library(module):
     assert not bad, f"{module} imports {bad}"
 
 
-@pytest.mark.parametrize("module", _pending(sorted(_entry_points(MODS)), PENDING_ENTRY))
+@pytest.mark.parametrize("module", sorted(_entry_points(MODS)))
 def test_no_entry_point_imports_another(module):
     """An entry point parses and hands over to library modules; what two entry points share lives below both."""
     entry = _entry_points(MODS)

@@ -4,12 +4,17 @@ then uses (the fitted cost replaces the spec-sheet one)."""
 import yaml
 
 from simulators import make_pair
-from simulators.calibrate import main
+from simulators.__main__ import main as sim_main
 
 TINY_PROFILE = {"target": {"name": "tiny-t", "layers": 4, "hidden": 256, "intermediate": 512, "heads": 4,
                            "kv_heads": 2, "vocab": 512, "max_context": 512},
                 "draft": {"name": "tiny-d", "layers": 2, "hidden": 256, "intermediate": 512, "heads": 4,
                           "kv_heads": 2, "vocab": 512, "max_context": 512}}
+
+
+def main(argv: list[str]) -> int:
+    """`python -m simulators calibrate clock ARGV`."""
+    return sim_main(["calibrate", "clock", *argv])
 
 
 def test_calibrate_tiny_writes_a_usable_profile(tmp_path, capsys):
@@ -43,7 +48,7 @@ def test_timing_statistic():
     import pytest
 
     from ouroboros.backends.base import OuroborosError
-    from simulators.calibrate import pick
+    from simulators.calibration.cost import pick
 
     assert pick([0.3, 0.1, 0.2], "median") == 0.2 and pick([0.3, 0.1, 0.2], "min") == 0.1
     with pytest.raises(OuroborosError, match="unknown timing statistic 'mean'"):
@@ -74,7 +79,7 @@ def test_profile_shapes_build_stock_models_of_exactly_their_parameter_count():
 
 
 def _profile_only(monkeypatch, profile):
-    import simulators.calibrate as cal
+    import simulators.calibration.cost as cal
 
     monkeypatch.setattr(cal, "load_conf", lambda group, name: {"name": name, "kind": "profile", "profile": profile})
 
@@ -99,7 +104,7 @@ def test_calibrate_random_weights_of_a_profile(tmp_path, capsys, monkeypatch):
 
 def test_calibrate_random_weights_refuses_what_does_not_fit(tmp_path, capsys, monkeypatch):
     """Weights larger than the device's free memory: one line naming the sizes, before anything is built."""
-    import simulators.calibrate as cal
+    import simulators.calibration.cost as cal
 
     _profile_only(monkeypatch, TINY_PROFILE)
     monkeypatch.setattr(cal, "free_bytes", lambda device: 1_000_000)

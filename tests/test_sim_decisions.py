@@ -1,4 +1,4 @@
-"""`validate decisions` / `calibrate decisions` machinery on a tiny recorded pair (fp32, no download): the real
+"""`check decisions` / `calibrate decisions` machinery on a tiny recorded pair (fp32, no download): the real
 side's statistics come from replaying its traces (same outputs), the statistics are the metrics' definitions,
 fit and evaluation prompts never overlap, the fit moves the surrogate toward the real statistics, and the profile
 it writes composes and is refused for another pair."""
@@ -12,9 +12,14 @@ import pytest
 import yaml
 
 from ouroboros.backends.base import OuroborosError
-from simulators import decisions, realcheck
+from simulators import decisions
+from simulators.__main__ import main as sim_main
+from simulators.calibration import decisions as fit
+from simulators.calibration import prior
+from simulators.checks import decisions as check
 from simulators.pair import make_pair
 from simulators.profiles import conf_root, load_conf
+from simulators.replay import trace_name
 
 
 def mapper(tok):
@@ -24,9 +29,9 @@ def mapper(tok):
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("rec") / "a"
-    realcheck.main(["--model", "kind=tiny", "--dataset", "kind=synthetic", "num_prompts=4", "--limit", "4",
-                    "--strategies", "vanilla,speculative:gamma=3", "--max-new-tokens", "12", "--dtype", "float32",
-                    "--sim-model", "qwen_coder", "--hardware", "h100", "--dir", str(d)])
+    sim_main(["check", "clock", "--model", "kind=tiny", "--dataset", "kind=synthetic", "num_prompts=4", "--limit", "4",
+              "--strategies", "vanilla,speculative:gamma=3", "--max-new-tokens", "12", "--dtype", "float32",
+              "--sim-model", "qwen_coder", "--hardware", "h100", "--dir", str(d)])
     return d.parent
 
 
@@ -52,7 +57,7 @@ def test_fit_and_evaluation_prompts_never_overlap():
 def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
     real = decisions.load_real(str(recorded))
     before = decisions.compare(real, {}, mapper, "fit")
-    opts = decisions.fit_profile(real, mapper, out=lambda *_: None)
+    opts = fit.fit_profile(real, mapper, out=lambda *_: None)
     after = decisions.compare(real, opts, mapper, "fit")
 
     def err(rows):
@@ -64,16 +69,16 @@ def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
     assert 0 <= sc["ok"] <= sc["all"] and len(sc["misses"]) == sc["all"] - sc["ok"]
     text = decisions.table(after)
     assert "speculative:gamma=3 [2 prompts, real/sim]: eta" in text
-    only = decisions.fit_profile(real, mapper, opts, out=lambda *_: None, rounds=1, knobs=("p_top", "alpha_easy"))
+    only = fit.fit_profile(real, mapper, opts, out=lambda *_: None, rounds=1, knobs=("p_top", "alpha_easy"))
     assert {k for k in only if only[k] != opts.get(k)} <= {"p_top", "alpha_easy"}   # --knobs: the rest stay
 
 
 def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch):
-    monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
+    monkeypatch.setattr(fit, "id_mapper", lambda *a, **k: mapper)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
                         tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=3, near=0,
                         jobs=1, knobs=None)
-    assert decisions.calibrate_main(a) == 0
+    assert fit.main(a) == 0
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
     assert prof["pair"] == "qwen_coder" and prof["fit"]["inputs"]["prompts"] == 4
     assert prof["corpus"] in ("pycode", "prose")  # the text kind is one of the fitted knobs
@@ -92,12 +97,12 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
         seen.update(base=dict(base), rounds=rounds, near=near, knobs=knobs)
         return dict(base)
 
-    monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
-    monkeypatch.setattr(decisions, "fit_profile", fake_fit)
+    monkeypatch.setattr(fit, "id_mapper", lambda *a, **k: mapper)
+    monkeypatch.setattr(fit, "fit_profile", fake_fit)
     a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
                         tokenizer=None, out_dir=str(tmp_path), corpus=None, start="qwen_coder_humaneval", rounds=1,
                         near=1, jobs=1, knobs=None)
-    assert decisions.calibrate_main(a) == 0
+    assert fit.main(a) == 0
     start = yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval.yaml").read_text())
     assert seen["rounds"] == 1 and seen["near"] == 1 and seen["base"]["corpus"] == start["corpus"]
     assert seen["base"]["p_copy"] == start["p_copy"] and seen["base"]["alpha_easy"] == start["alpha_easy"]
@@ -105,7 +110,7 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
     assert "--start qwen_coder_humaneval --rounds 1 --near 1" in prof["fit"]["command"]
     assert prof["fit"]["start"] == {"profile": "qwen_coder_humaneval", "command": start["fit"]["command"],
                                     "commit": start["fit"]["commit"]}
-    assert decisions.calibrate_main(SimpleNamespace(**{**vars(a), "knobs": "recall, recall_min"})) == 0
+    assert fit.main(SimpleNamespace(**{**vars(a), "knobs": "recall, recall_min"})) == 0
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
     assert seen["knobs"] == ("recall", "recall_min") and prof["fit"]["command"].endswith("--knobs recall,recall_min")
     assert "search of recall, recall_min (1 round, from qwen_coder_humaneval; the other knobs as it has them" in \
@@ -115,7 +120,7 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
                      ({"knobs": "recall,nope"}, "--knobs: nope not a fitted knob"), ({"knobs": ","}, "--knobs: ','"),
                      ({"start": "nope"}, "unknown sim profile 'nope'")):
         with pytest.raises(OuroborosError, match=msg):
-            decisions.calibrate_main(SimpleNamespace(**{**vars(a), "dir": str(tmp_path / "none"), **bad}))
+            fit.main(SimpleNamespace(**{**vars(a), "dir": str(tmp_path / "none"), **bad}))
 
 
 def test_a_context_answered_two_ways_is_reported_not_fatal(recorded, tmp_path):
@@ -127,7 +132,7 @@ def test_a_context_answered_two_ways_is_reported_not_fatal(recorded, tmp_path):
 
     d = tmp_path / "rec" / "a"
     shutil.copytree(recorded / "a", d)
-    path = d / realcheck.trace_name("speculative:gamma=3")
+    path = d / trace_name("speculative:gamma=3")
     doc = json.loads(path.read_text())
     entries = doc["models"]["draft"]["entries"]
     for e in entries[len(entries) // 3: len(entries) // 3 + 3]:  # the draft answers a few contexts the other way
@@ -229,7 +234,7 @@ def test_prompt_sampling_reference_compares_the_two_real_prompt_sets(recorded):
     """The reference `validate decisions` prints beside its score: the fit prompts' real statistics in the
     simulator's place, so it is exact when both prompt sets are the same and counts the cells the two sets differ on."""
     real = decisions.load_real(str(recorded))
-    rows = decisions.sampling_rows(real)
+    rows = check.sampling_rows(real)
     sps = real["speculative:gamma=3"]
     row = next(r for r in rows if r["run"] == "speculative:gamma=3")
     assert row["real"] == decisions.stats([sps.results[i] for i in (1, 3)])
@@ -243,18 +248,18 @@ def test_coupled_knobs_are_searched_jointly(recorded, monkeypatch):
     """local_frac does nothing at local_ctx 1 here and local_ctx nothing at local_frac 0: a one-knob search from
     (0, 1) stays put; the joint step finds the minimum at (0.3, 2). local_ctx and local_novel are listed once at
     local_frac 0."""
-    grid = decisions.joint_grid(("local_frac", "local_ctx"), dict(decisions.FIT_GRID))
+    grid = fit.joint_grid(("local_frac", "local_ctx"), dict(fit.FIT_GRID))
     assert (0.0, 1) in grid and (0.0, 2) not in grid and (0.3, 2) in grid and len(grid) == len(set(grid))
-    grid3 = decisions.joint_grid(decisions.FIT_JOINT[0], dict(decisions.FIT_GRID))
+    grid3 = fit.joint_grid(fit.FIT_JOINT[0], dict(fit.FIT_GRID))
     assert [g for g in grid3 if g[0] == 0.0] == [(0.0, 1, False)] and (0.3, 2, True) in grid3
 
     def fake_error(real, fit_real, opts, mapper_, seeds):
         lf, lc = opts.get("local_frac", 0.0), opts.get("local_ctx", 1)
         return 0.0 if (lf, lc) == (0.3, 2) else 1.0 if lf == 0 or lc == 1 else 2.0
 
-    monkeypatch.setattr(decisions, "fit_error", fake_error)
+    monkeypatch.setattr(fit, "fit_error", fake_error)
     lines: list[str] = []
-    opts = decisions.fit_profile(decisions.load_real(str(recorded)), mapper, out=lines.append, rounds=1)
+    opts = fit.fit_profile(decisions.load_real(str(recorded)), mapper, out=lines.append, rounds=1)
     assert (opts["local_frac"], opts["local_ctx"]) == (0.3, 2)
     assert "fit local_frac + local_ctx + local_novel = 0.3 + 2 + False (error 0.0000)" in lines
 
@@ -267,15 +272,15 @@ def test_text_prior_is_fitted_on_some_tasks_and_checked_on_a_held_out_one(record
     root.mkdir()
     for task in ("humaneval", "mtbench"):
         (root / f"qwen_coder-{task}-12").symlink_to(recorded, target_is_directory=True)
-    monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
+    monkeypatch.setattr(prior, "id_mapper", lambda *a, **k: mapper)
     a = SimpleNamespace(model="qwen_coder", tasks="humaneval,mtbench", root=str(root), max_new_tokens=12,
                         holdout="mtbench", tokenizer=None, rounds=1, jobs=1)
     lines: list[str] = []
-    res = decisions.prior_main(a, out=lines.append)
-    grids = dict(decisions.FIT_GRID)
-    assert set(res["prior"]) == {*decisions.PRIOR_KNOBS, "pieces", "surprise_copy"}
+    res = prior.main(a, out=lines.append)
+    grids = dict(fit.FIT_GRID)
+    assert set(res["prior"]) == {*prior.PRIOR_KNOBS, "pieces", "surprise_copy"}
     assert res["prior"]["pieces"] == "bpe" and res["prior"]["surprise_copy"] == 1.0  # fixed, not searched
-    assert all(res["prior"][k] in grids[k] for k in decisions.PRIOR_KNOBS)
+    assert all(res["prior"][k] in grids[k] for k in prior.PRIOR_KNOBS)
     held = res["tasks"]["mtbench"]
     assert 0 <= held["score_prior"] <= held["cells"] and 0 <= held["score_defaults"] <= held["cells"]
     assert "score_prior" not in res["tasks"]["humaneval"]  # fitted on, so not a transfer check
@@ -288,4 +293,4 @@ def test_text_prior_is_fitted_on_some_tasks_and_checked_on_a_held_out_one(record
                      ({"root": str(tmp_path / "none"), "holdout": None}, "no recorded runs of humaneval"),
                      ({"rounds": 0}, "--rounds must be >= 1"), ({"jobs": 0}, "--jobs must be >= 1")):
         with pytest.raises(OuroborosError, match=msg):
-            decisions.prior_main(SimpleNamespace(**{**vars(a), **bad}), out=lines.append)
+            prior.main(SimpleNamespace(**{**vars(a), **bad}), out=lines.append)

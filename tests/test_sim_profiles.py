@@ -88,17 +88,17 @@ def test_profile_text_is_documented_yaml(tmp_path: Path):
 
 def test_every_fitted_knob_is_documented_in_a_written_profile():
     """A refit writes each knob of the fit grid with its comment (none may come out blank)."""
-    from simulators.decisions import FIT_GRID
+    from simulators.calibration.decisions import FIT_GRID
     from simulators.sim_profiles import FIELD_DOCS
 
     assert [k for k, _ in FIT_GRID if not FIELD_DOCS.get(k)] == []
 
 
 def test_paper_text_knobs_come_from_the_real_pairs_decision_profiles():
-    """`validate paper --text decisions`: each paper task's surrogate target takes its text knobs from the decision
+    """`check paper --text decisions`: each paper task's surrogate target takes its text knobs from the decision
     profile of a real-pair task of the same kind (the draft's agreement is still the Yi pair's own fit), and they reach
     the simulated pair; without --text the target keeps the defaults."""
-    from simulators.validate import CODE_CORPORA, TASKS, TEXT_KNOBS, TEXT_PROFILES, task_pair, text_knobs
+    from simulators.calibration.paper_fit import CODE_CORPORA, TASKS, TEXT_KNOBS, TEXT_PROFILES, task_pair, text_knobs
 
     for t in TASKS:
         assert text_knobs(t, "none") == ()
@@ -115,8 +115,8 @@ def test_paper_text_knobs_come_from_the_real_pairs_decision_profiles():
 
 
 def test_validate_paper_refuses_profiles_with_text(capsys):
-    from simulators.validate import main
+    from simulators.__main__ import main
 
-    assert main(["paper", "--profiles", "--text", "decisions"]) == 2
+    assert main(["check", "paper", "--profiles", "--text", "decisions"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--profiles goes with `paper`" in err[0] and "without --text" in err[0]

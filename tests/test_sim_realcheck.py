@@ -1,13 +1,18 @@
-"""simulators.realcheck on a tiny real pair: every recorded run replays to the same decisions (same outputs, no
-unrecorded context) and the table compares measured with modelled seconds; bad inputs get one line."""
+"""`python -m simulators check clock` on a tiny real pair: every recorded run replays to the same decisions (same
+outputs, no unrecorded context) and the table compares measured with modelled seconds; bad inputs get one line."""
 
 from pathlib import Path
 
 from test_models import save_tiny
 
-from simulators import realcheck
+from simulators.__main__ import main as sim_main
 
 FIX = Path(__file__).parent / "fixtures"
+
+
+def main(argv: list[str]) -> int:
+    """`python -m simulators check clock ARGV`."""
+    return sim_main(["check", "clock", *argv])
 
 
 def test_record_then_replay_makes_the_real_decisions(tmp_path, capsys):
@@ -18,7 +23,7 @@ def test_record_then_replay_makes_the_real_decisions(tmp_path, capsys):
             "--model", "kind=hf", f"target={t}", f"draft={d}", "eos_ids=[1]",
             "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
             "--max-new-tokens", "8", "--dtype", "float64", "--hardware", "h200", "--dir", str(out)]
-    assert realcheck.main(argv) == 0
+    assert main(argv) == 0
     text = capsys.readouterr().out
     rows = [ln for ln in text.splitlines() if "outputs," in ln]
     assert len(rows) == 6
@@ -26,7 +31,7 @@ def test_record_then_replay_makes_the_real_decisions(tmp_path, capsys):
         assert "4/4 outputs, 0 unrecorded contexts" in ln, ln
     assert len(list(out.glob("trace-*.json"))) == 6
     # replay-only under another clock: same decisions, other seconds
-    assert realcheck.main(["--replay-only", "--dir", str(out), "--hardware", "a100"]) == 0
+    assert main(["--replay-only", "--dir", str(out), "--hardware", "a100"]) == 0
     again = capsys.readouterr().out
     assert "hardware=a100" in again and again.count("4/4 outputs, 0 unrecorded contexts") == 6
     real_s = [ln.split()[2] for ln in rows]
@@ -41,7 +46,7 @@ def test_batched_record_then_replay(tmp_path, capsys):
             "--model", "kind=hf", f"target={t}", f"draft={d}", "eos_ids=[1]",
             "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
             "--max-new-tokens", "8", "--dtype", "float64", "--hardware", "h200", "--dir", str(out)]
-    assert realcheck.main(argv) == 0
+    assert main(argv) == 0
     text = capsys.readouterr().out
     under = text[text.index("under load"):]
     rows = [ln for ln in under.splitlines() if "outputs," in ln]
@@ -56,17 +61,17 @@ def test_batched_record_then_replay(tmp_path, capsys):
 
 
 def test_bad_inputs_one_line(tmp_path, capsys):
-    assert realcheck.main(["--hardware", "nosuch", "--dir", str(tmp_path)]) == 2
+    assert main(["--hardware", "nosuch", "--dir", str(tmp_path)]) == 2
     assert "unknown hardware profile 'nosuch'" in capsys.readouterr().err
-    assert realcheck.main(["--replay-only", "--hardware", "h200", "--dir", str(tmp_path / "empty")]) == 2
+    assert main(["--replay-only", "--hardware", "h200", "--dir", str(tmp_path / "empty")]) == 2
     assert "real.jsonl not found: record first" in capsys.readouterr().err
-    assert realcheck.main(["--strategies", "nosuch", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
+    assert main(["--strategies", "nosuch", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
     assert "nosuch" in capsys.readouterr().err
-    assert realcheck.main(["--batches", "0,2", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
+    assert main(["--batches", "0,2", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
     assert "--batches must be >= 1" in capsys.readouterr().err
-    assert realcheck.main(["--batched-only", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
+    assert main(["--batched-only", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
     assert "--batched-only needs --batches" in capsys.readouterr().err
-    assert realcheck.main(["--batched-only", "--batches", "2", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
+    assert main(["--batched-only", "--batches", "2", "--hardware", "h200", "--dir", str(tmp_path)]) == 2
     assert "no trace of vanilla" in capsys.readouterr().err
 
 
@@ -87,9 +92,9 @@ def test_a_stopped_recording_keeps_its_finished_prompts(tmp_path, capsys, monkey
     argv = ["--strategies", "vanilla,speculative:gamma=3", "--model", "kind=hf", f"target={t}", f"draft={d}",
             "--dataset", "kind=jsonl", f"path={FIX / 'prompts.jsonl'}", "chat=false",
             "--max-new-tokens", "8", "--dtype", "float64", "--hardware", "h200", "--dir", str(out)]
-    assert realcheck.main(argv) == 2
+    assert main(argv) == 2
     assert "error: stopped on p2" in capsys.readouterr().err
     assert not list(out.glob("*.part"))
-    assert realcheck.main(["--replay-only", "--dir", str(out), "--hardware", "h200"]) == 0
+    assert main(["--replay-only", "--dir", str(out), "--hardware", "h200"]) == 0
     rows = [ln for ln in capsys.readouterr().out.splitlines() if "outputs," in ln]
     assert len(rows) == 2 and all("1/1 outputs, 0 unrecorded contexts" in ln for ln in rows)

@@ -87,10 +87,11 @@ def test_replay_needs_a_trace(tmp_path):
 def test_realcheck_recording_replays_with_no_unrecorded_context(tmp_path, monkeypatch):
     """realcheck's recording topology (every run its own Recorders over ONE shared target and draft backend,
     prompts interleaved, stateful proposers carrying their pool from prompt to prompt after a warm-up) replays
-    as `validate decisions` replays it: same outputs, no context the recording never saw, none answered twice."""
+    as `check decisions` replays it: same outputs, no context the recording never saw, none answered twice."""
     import types
 
-    from simulators import decisions, realcheck
+    from simulators import decisions
+    from simulators.checks import clock as realcheck
     from simulators.replay import load_trace
 
     target, draft = HFBackend(get_model("llama")), HFBackend(get_draft("llama", noise=0.3))

@@ -16,8 +16,9 @@ from ouroboros.record import Record
 from ouroboros.sinks import read_records
 from ouroboros.table import format_table, speedup_ranks
 from simulators import trust
+from simulators.calibration.bands import quantile, summarise
+from simulators.calibration.measured import calibrate_measured
 from simulators.figures import YI_FIGURES, load_tasks, make_task, records_task
-from simulators.measured import calibrate_measured, quantile, summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
@@ -61,7 +62,7 @@ def test_sim_default_opts_out_and_says_it_runs_on_the_prior():
     run, notes = composed("model=qwen_coder", "backend=sim", "dataset=humaneval", "hardware=h100", "sim=default")
     assert run.sim["profile"] is None and run.sim["fit"] is None
     [note] = [n for n in notes if n.startswith("decisions:")]
-    assert "uncalibrated prior" in note and "simulators.calibrate measured --model qwen_coder" in note
+    assert "uncalibrated prior" in note and "simulators calibrate measured --model qwen_coder" in note
 
 
 def test_a_typed_sim_option_wins_over_the_default_profile():
@@ -147,9 +148,9 @@ def test_the_yi_profiles_are_calibrate_measured_on_the_papers_figures(tmp_path):
 
 
 def test_calibrate_measured_from_flags_writes_a_profile_that_reproduces_its_vanilla_speed(tmp_path):
-    from simulators.validate import run
+    from simulators.calibration.paper_fit import run
 
-    res = run_module("simulators.calibrate", "measured", "--model", "llama70b_7b", "--task", "gsm8k", "--hardware",
+    res = run_module("simulators", "calibrate", "measured", "--model", "llama70b_7b", "--task", "gsm8k", "--hardware",
                      "a800x2", "--vanilla-tok-s", "8", "--sps-tok-s", "14", "--sps-accepted-length", "2.5",
                      "--sps-gamma", "4", "--max-new-tokens", "64", "--prompt-len", "300", "--prompts", "3",
                      "--out-dir", str(tmp_path))
@@ -206,7 +207,7 @@ def test_bad_figures_are_one_line(d, msg):
     (["--from", "nope.yaml"], "does not exist"),
 ])
 def test_calibrate_measured_refuses_bad_inputs_in_one_line(tmp_path, args, msg):
-    res = run_module("simulators.calibrate", "measured", *args, "--out-dir", str(tmp_path))
+    res = run_module("simulators", "calibrate", "measured", *args, "--out-dir", str(tmp_path))
     assert res.code == 2 and res.err.count("\n") == 1 and msg in res.err, res.err
     assert not list(tmp_path.iterdir())
 

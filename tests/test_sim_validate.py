@@ -1,12 +1,12 @@
-"""`simulators.validate paper` machinery: the fast SpS replay equals the decode loop (also with the HF draft-length
-schedule), the agreement fit hits its target, overheads add per forward."""
+"""`python -m simulators check paper` machinery: the fast SpS replay equals the decode loop (also with the HF
+draft-length schedule), the agreement fit hits its target, overheads add per forward."""
 
 from dataclasses import replace
 
 import pytest
 
 from ouroboros.backends.base import OuroborosError
-from simulators.validate import TASKS, Run, Trace, fit_agreement, run, sps_plan
+from simulators.calibration.paper_fit import TASKS, Run, Trace, fit_agreement, run, sps_plan
 
 SMALL = replace(TASKS[3], max_new=40)  # CNN/DM settings, short outputs
 
@@ -37,18 +37,18 @@ def test_overheads_add_per_forward():
 
 
 def test_validate_cli_refuses_empty_runs(capsys):
-    from simulators.validate import main
+    from simulators.__main__ import main
 
-    assert main(["paper", "--prompts", "0"]) == 2
-    assert main(["closed-form", "--tokens", "-1"]) == 2
-    assert main(["copy-rate", "--window", "2"]) == 2
+    assert main(["check", "paper", "--prompts", "0"]) == 2
+    assert main(["check", "closed-form", "--tokens", "-1"]) == 2
+    assert main(["check", "copy-rate", "--window", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --prompts must be >= 1, got 0", "error: --tokens must be >= 1, got -1",
                    "error: --window must be >= 3, got 2"]
 
 
 def test_sensitivity_grid_on_the_paper_calibration():
-    from simulators.validate import SENSITIVITY_BEST, sensitivity
+    from simulators.checks.paper import SENSITIVITY_BEST, sensitivity
 
     lines: list[str] = []
     r = sensitivity(n_prompts=1, out=lines.append)
@@ -60,7 +60,7 @@ def test_sensitivity_grid_on_the_paper_calibration():
 
 
 def test_draft_overhead_scales_with_the_tasks_target_overhead():
-    from simulators.validate import calibrate
+    from simulators.calibration.paper_fit import calibrate
 
     tasks = TASKS[1:4]   # MBPP (no SpS figure), GSM8K, CNN/DM
     scaled = calibrate(1, 0, "hf", tasks)
@@ -79,7 +79,7 @@ def test_draft_overhead_scales_with_the_tasks_target_overhead():
 def test_roofline_shape_reaches_the_paper_pair_and_slows_its_wide_forwards():
     """`--roofline-p` (a sensitivity check) gives the task's pair a smooth A800 roofline: a lookahead-wide forward
     (k near the ridge) costs more, a one-token forward within 2%."""
-    from simulators.validate import task_pair
+    from simulators.calibration.paper_fit import task_pair
 
     t = next(t for t in TASKS if t.name == "CNN/DM")
     sharp, smooth = task_pair(t, 0.9, 0), task_pair(replace(t, roofline_p=2.0), 0.9, 0)

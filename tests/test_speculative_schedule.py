@@ -12,7 +12,7 @@ from ouroboros.backends.hf import HFBackend
 from ouroboros.decode import decode
 from ouroboros.strategies import build_proposer
 from ouroboros.strategies.speculative import hf_next_length
-from simulators.validate import TASKS, task_pair
+from simulators.calibration.paper_fit import TASKS, task_pair
 
 SMALL = replace(TASKS[3], max_new=40)  # CNN/DM settings, short outputs
 

@@ -1,4 +1,4 @@
-"""Figures a refactor must not move: the main job's table, the 27-point grid, the serving sweep and `validate paper`.
+"""Figures a refactor must not move: the main job's table, the 27-point grid, the serving sweep and `check paper`.
 
     python tests/golden/check.py            # run them here and compare with tests/golden/*.txt (exit 1 on a change)
     python tests/golden/check.py --write    # record the current outputs as the expected ones
@@ -26,7 +26,7 @@ JOBS: dict[str, list[str]] = {
     "main_job": SWEEP,
     "grid27": SWEEP + ["sweep=grid27"],
     "load": SWEEP + ["hardware=h100", "sweep=load", "serve.requests=32"],
-    "validate_paper": [sys.executable, "-m", "simulators.validate", "paper"],
+    "validate_paper": [sys.executable, "-m", "simulators", "check", "paper"],
 }
 VOLATILE = re.compile(r"wandb|records:|\[\d{4}-\d\d-\d\d|font_manager|outputs/|multirun/")
 

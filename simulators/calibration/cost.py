@@ -1,4 +1,4 @@
-"""`python -m simulators.calibrate --model qwen_coder`: time a real `hf` backend on this machine over a grid of
+"""`python -m simulators calibrate clock --model qwen_coder`: time a real `hf` backend on this machine over a grid of
 k (new tokens per forward) and ctx (cached tokens), fit the cost model (`cost_model.fit`) for the target and
 the draft, print the fit error per point, and write a hardware profile (default conf/hardware/cpu_local.yaml)
 whose `costs:` section holds the fitted models by model name (make_pair picks them up).
@@ -6,7 +6,7 @@ whose `costs:` section holds the fitted models by model name (make_pair picks th
 Forwards are timed through the backend's own score() (chain drafts: the loop's common case; `--tree` times
 tree-masked forwards instead), the median of `--repeats` runs after a warm-up (`--stat min`: the fastest), with
 `torch.set_num_threads`. The median, because a decode's wall time is the sum of its forwards' typical times: fitted
-to the fastest of 3, this CPU's in-loop forwards ran 10-15% slower than modelled (simulators.realcheck).
+to the fastest of 3, this CPU's in-loop forwards ran 10-15% slower than modelled (`python -m simulators check clock`).
 Then the LM head's cost per logits row (`measure_head`): a long forward timed scored (logits at every row) and as a
 prefill (last row only), so a modelled prefill is charged one row, as the real one computes.
 
@@ -14,7 +14,7 @@ prefill (last row only), so a modelled prefill is charged one row, as the real o
 the real parameter count) instead of loading weights: what a forward costs does not depend on the weights' values, so
 a pair whose weights are not at hand (Yi-34B/6B, Llama-2-70B/7B) can be measured on the machine it would run on:
 
-    python -m simulators.calibrate --model yi34b_6b --weights random --device cuda --dtype float16 \
+    python -m simulators calibrate clock --model yi34b_6b --weights random --device cuda --dtype float16 \
       --attention eager --ks 1,2,4,8,16,32,64,96,128,160,192,256 --ctxs 128,1024 --out conf/hardware/h200_local.yaml
 
 `--device` picks the device (cpu, cuda, cuda:N); the profile's spec fields are then measured there too.
@@ -27,14 +27,12 @@ import os
 import platform
 import random
 import statistics
-import sys
 from dataclasses import replace
 from typing import Any
 
 import yaml
 
-from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import OuroborosError, WallClock, cli
+from ouroboros.backends.base import OuroborosError, WallClock
 from ouroboros.draft import Draft
 from simulators.cost_model import MIN_FIT_POINTS, CostModel, FitPoint, FitReport, fit
 from simulators.profiles import conf_root, load_conf
@@ -198,7 +196,7 @@ def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: in
     where = f"{device_name(device)}, {device}" + ("" if device.startswith("cuda") else f", {threads} threads")
     doc.update({"name": name, "devices": 1, "placement": "single", "runtime_gb": 1.0, "tile": 1, **figs,
                 "attention": attention,
-                "source": f"measured on this machine ({where}) by python -m simulators.calibrate; {note}"})
+                "source": f"measured on this machine ({where}) by python -m simulators calibrate clock; {note}"})
     fitted = dict(doc.get("costs") or {})
     for model_name, cm in costs.items():
         d = cm.to_dict()
@@ -206,8 +204,9 @@ def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: in
         fitted[model_name] = {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in d.items()}
     doc["costs"] = fitted
     with open(path, "w", encoding="utf-8") as f:
-        f.write("# Written by `python -m simulators.calibrate`: the local device, with cost models fitted to measured\n"
-                "# forwards (costs: by model name). Spec fields: rough measurements (copy bandwidth, matmul rate).\n")
+        f.write("# Written by `python -m simulators calibrate clock`: the local device, with cost models fitted to "
+                "measured\n# forwards (costs: by model name). Spec fields: rough measurements (copy bandwidth, matmul "
+                "rate).\n")
         yaml.safe_dump(doc, f, sort_keys=False)
 
 
@@ -265,16 +264,7 @@ def random_backends(model: dict[str, Any], dtype: str, device: str, attention: s
     return out
 
 
-@cli
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("measured", "paper", "bands"):
-        from simulators.measured import main_sub
-
-        return main_sub(argv[0], argv[1:])
-    if argv and argv[0] in ("decisions", "prior"):
-        return profiles_main(argv[0], argv[1:])
-    ap = ArgumentParser(prog="python -m simulators.calibrate", description=__doc__.splitlines()[0])
+def add_args(ap) -> None:
     ap.add_argument("--model", default="qwen_coder", help="conf/model/<name>.yaml (needs a profile: section "
                                                           "naming the models, unless --names is given)")
     ap.add_argument("--names", default=None, help="target[,draft] names to store the fits under")
@@ -298,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="--weights random: transformers' attention implementation (default: transformers' own)")
     ap.add_argument("--out", default=str(conf_root() / "hardware" / "cpu_local.yaml"))
     ap.add_argument("--hardware-name", default="cpu_local")
-    a = ap.parse_args(argv)
+
+
+def main(a) -> int:
     import torch
 
     torch.set_num_threads(a.threads)
@@ -354,30 +346,3 @@ def main(argv: list[str] | None = None) -> int:
                   attention="eager" if a.attention == "eager" else "fused")
     print(f"profile written to {a.out}")
     return 0
-
-
-def profiles_main(what: str, argv: list[str]) -> int:
-    """`calibrate decisions`: a profile fitted to a real pair's recorded decisions (simulators/decisions.py);
-    `calibrate prior`: the surrogate target's text prior, fitted to those recordings of several tasks at once."""
-
-    ap = ArgumentParser(prog=f"python -m simulators.calibrate {what}")
-    if what == "prior":
-        from simulators.decisions import prior_args, prior_main
-
-        prior_args(ap)
-        prior_main(ap.parse_args(argv))
-        return 0
-    ap.add_argument("--prompts", type=int, default=16, help="paper: surrogate prompts per task")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out-dir", default=None, help="where profiles are written (default conf/sim/)")
-    if what == "decisions":
-        from simulators.decisions import add_args, calibrate_main
-
-        add_args(ap)
-        a = ap.parse_args(argv)
-        return calibrate_main(a)
-    raise OuroborosError(f"unknown calibration {what!r}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""`python -m simulators.realcheck`: does the simulator's clock predict this machine? Real vs modelled time.
+"""`python -m simulators check clock`: does the simulator's clock predict this machine? Real vs modelled time.
 
 1. record: chosen strategies decode chosen prompts on a real pair (greedy, through the harness's runners,
    interleaved prompt by prompt as `ouroboros.sweep` does on real backends), each through its own `Recorder`s,
@@ -7,12 +7,12 @@
    (`--replay-only`) on the prompts it finished;
 2. replay: each run's trace is replayed on the `sim` backend (same strategy, same options, same prompts in the same
    order: the same forwards, k for k and ctx for ctx) under a hardware profile's clock, normally the one
-   `python -m simulators.calibrate` fitted on this machine (`--hardware cpu_local`);
+   `python -m simulators calibrate clock` fitted on this machine (`--hardware cpu_local`);
 3. compare per run: measured vs modelled seconds, in total and decode-only (without prefill), with the relative
    error; and that the replay made the real run's decisions (same outputs, no unrecorded context).
 
-    python -m simulators.calibrate --model qwen_coder --threads 1 --ks 1,2,3,4,6,8,12,16,24,33 --ctxs 96,192,288
-    python -m simulators.realcheck --strategies vanilla,speculative:gamma=3,pld --limit 10 --max-new-tokens 32 \\
+    python -m simulators calibrate clock --model qwen_coder --threads 1 --ks 1,2,3,4,6,8,12,16,24,33 --ctxs 96,192,288
+    python -m simulators check clock --strategies vanilla,speculative:gamma=3,pld --limit 10 --max-new-tokens 32 \\
         --threads 1 --dir realcheck/
 
 `--replay-only` skips step 1 and replays the traces already in DIR (e.g. under another hardware profile: the same
@@ -21,23 +21,20 @@ decisions on an H100's clock). Not a test: timings are reported, never asserted.
 `--batches 1,2,4`: also under load. Each run then decodes all its prompts with continuous batching
 (ouroboros/batch.py: one real batched forward per model per step, B requests at a time; `DIR/batch.jsonl`), and the
 same decisions (the trace of step 1) are replayed batch for batch on the simulator, whose clock charges the batched
-cost model (`calibrate --batches`): measured vs modelled makespan and throughput per run and B.
+cost model (`calibrate clock --batches`): measured vs modelled makespan and throughput per run and B.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
-import re
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from ouroboros.argparser import ArgumentParser, RunSpec, parse_kind, parse_runs
-from ouroboros.backends.base import OuroborosError, cli
+from ouroboros.argparser import RunSpec, parse_kind, parse_runs
+from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
 from ouroboros.harness import Job, StrategyRun, StrategyRunner, run_interleaved
@@ -45,7 +42,7 @@ from ouroboros.metrics import PromptResult
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.pair import make_pair
 from simulators.profiles import load_conf
-from simulators.replay import load_trace, save_trace, trace_prompts
+from simulators.replay import WARMUP_TOKENS, load_trace, save_trace, trace_name, trace_prompts, warm_up
 
 
 @dataclass
@@ -66,20 +63,6 @@ class Compared:
     @property
     def decode_err(self) -> float:
         return self.sim_decode_s / self.real_decode_s - 1
-
-
-WARMUP_TOKENS = 4  # each run's warm-up decode (on the first prompt) before the recorded prompts
-
-
-def warm_up(pair, proposer, first_prompt: list[int]) -> None:
-    """Replay `record`'s warm-up: one WARMUP_TOKENS-token decode of the first prompt with the same proposer, whose
-    state carries its effect (a pool with history, the hf draft-length schedule), then the runner's checkpoint."""
-    decode(pair.target, proposer, first_prompt, WARMUP_TOKENS, pair.eos_ids, prompt_id="warmup")
-    proposer.checkpoint()
-
-
-def trace_name(label: str) -> str:
-    return "trace-" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", label) + ".json"
 
 
 def load_real(args) -> tuple[Any, list[Prompt], Any, Any]:
@@ -314,10 +297,7 @@ def table(rows: list[Compared], hardware: str) -> str:
     return "\n".join(lines)
 
 
-@cli
-def main(argv: list[str] | None = None) -> int:
-    ap = ArgumentParser(prog="python -m simulators.realcheck", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_args(ap) -> None:
     ap.add_argument("--strategies", default="vanilla,speculative:gamma=3,pld")
     ap.add_argument("--model", nargs="+", default=["qwen-coder"],
                     help="the real pair: a kind (qwen-coder) or key=value items (kind=hf target=<dir> draft=<dir>)")
@@ -334,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", default=None, help="also run and replay under load: B = 1,2,4,... requests at once")
     ap.add_argument("--batched-only", action="store_true",
                     help="with --batches: skip step 1 (its traces in --dir are replayed), run the batched runs")
-    a = ap.parse_args(argv)
+
+
+def main(a) -> int:
     batches: list[int] = []
     if a.batches:
         try:
@@ -349,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.hardware != "cpu_local":
             raise
         raise OuroborosError(f"{e}: cpu_local is this machine's fitted clock; write it first with "
-                             "`python -m simulators.calibrate` (or pass --hardware <name>)") from None
+                             "`python -m simulators calibrate clock` (or pass --hardware <name>)") from None
     load_conf("model", a.sim_model)
     if a.batched_only and not batches:
         raise OuroborosError("--batched-only needs --batches")
@@ -380,6 +362,3 @@ def main(argv: list[str] | None = None) -> int:
         print(batch_table(batched, a.hardware))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

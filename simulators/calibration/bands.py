@@ -1,0 +1,231 @@
+"""`python -m simulators calibrate bands`: the error bands every simulated number is shown with.
+
+How far each kind of decision source's numbers are off, measured on figures none of them was fitted to (the
+Yi-34B/6B paper figures), written to conf/calibration/bands.yaml (read by simulators/trust.py):
+- `profile_measured`: leave-one-task-out over the five Yi tasks: the held-out task's profile is calibrated on its own
+  vanilla and SpS figures with the draft-overhead ratio r fitted on the other four; its SpS token/s and its lookahead
+  and Ouroboros token/s, speedup and block efficiency are then predicted;
+- `prior`: the uncalibrated prior (conf/sim/default.yaml, the hardware's estimated overheads) on the same pair and
+  tasks, every published figure predicted;
+- `profile_recorded` (with --recorded): a decision profile's block efficiency on real runs it was not fitted to.
+Per strategy and metric, the band is the 80th percentile of |relative error| over the cells (the central 80% of
+errors, symmetric); the cells, their count and the share inside the band (coverage) are stored beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ouroboros.backends.base import OuroborosError
+from simulators.calibration.paper_fit import METHODS, Run, calibrate, fit_draft_overhead, method_runs, task_prompts
+from simulators.figures import YI_FIGURES, Task, load_tasks
+from simulators.profiles import conf_root
+from simulators.trust import BAND_LEVEL
+
+BANDS_PATH = conf_root() / "calibration" / "bands.yaml"
+
+
+def rel(pred: float, pub: float | None) -> float | None:
+    return None if not pub else pred / pub - 1
+
+
+def task_cells(t: Task, runs: dict[str, Any], tps: dict[str, float], source: str, fitted: set[tuple[str, str]]
+               ) -> list[dict[str, Any]]:
+    """Relative errors of one task's predictions against its figures, skipping the figures fitted to."""
+    cells = []
+    for m in METHODS:
+        pub = t.pub_tps(m)
+        pub_x = None if pub is None else pub / t.vanilla_tps
+        for metric, pred, ref in (("tokens_per_s", tps[m], pub), ("block_efficiency", runs[m].eta, t.pub_eta(m)),
+                                  ("speedup", tps[m] / tps["vanilla"], pub_x)):
+            if m == "vanilla" and metric != "tokens_per_s" or (m, metric) in fitted:
+                continue
+            e = rel(pred, ref)
+            if e is not None:
+                cells.append({"source": source, "task": t.name, "strategy": m, "metric": metric,
+                              "error": round(e, 4)})
+    return cells
+
+
+def loto_cells(n_prompts: int, seed: int, out=print) -> list[dict[str, Any]]:
+    """profile_measured: each Yi task held out in turn (see the module doc)."""
+    tasks, _ = load_tasks(YI_FIGURES)
+    cal = calibrate(n_prompts, seed, "hf", tasks)
+    cells = []
+    for t in tasks:
+        others = tuple(u for u in tasks if u.name != t.name)
+        r = fit_draft_overhead(cal.plans, cal.over_t, others, scaled=True)
+        ot, od = cal.over_t[t.name], r * cal.over_t[t.name]
+        runs = {"vanilla": cal.vanilla[t.name], **method_runs(t, cal.a[t.name], "hf", n_prompts, seed)}
+        tps = {m: runs[m].tps(ot, od) for m in METHODS}
+        out(f"  profile (vanilla + SpS), {t.name} held out: r = {r:.3f} from the other four")
+        cells += task_cells(t, runs, tps, "profile_measured",
+                            {("speculative", "block_efficiency"), ("vanilla", "tokens_per_s")})
+    return cells
+
+
+def prior_cells(n_prompts: int, seed: int, out=print) -> list[dict[str, Any]]:
+    """prior: conf/sim/default.yaml on the Yi pair and the A800 profile as they are (estimated overheads)."""
+    from ouroboros.decode import decode
+    from ouroboros.strategies import build_proposer, get_spec
+    from simulators.pair import make_pair
+    from simulators.profiles import load_conf
+
+    def on(t: Task, strategy: str, params: dict[str, Any], a: float, n: int, s: int) -> Run:
+        pair = make_pair(load_conf("model", t.model), load_conf("hardware", t.hardware), {}, seed=s)
+        needs = get_spec(strategy).needs_draft_model
+        params = {"gamma": 5, **params} if params.get("schedule") == "hf" else params
+        prop = build_proposer(strategy, params, pair.target, pair.draft if needs else None)
+        new = steps = 0
+        for p in task_prompts(pair, t, n, s):
+            res = decode(pair.target, prop, p, t.max_new, pair.eos_ids)
+            new, steps = new + res.new_tokens, steps + len(res.steps)
+        tb, db = pair.target, pair.draft
+        return Run(new, steps, tb.busy_s, db.busy_s, 0, 0)   # type: ignore[attr-defined]
+
+    tasks, _ = load_tasks(YI_FIGURES)
+    cells = []
+    for t in tasks:
+        runs = {"vanilla": on(t, "vanilla", {}, 0.0, n_prompts, seed), **method_runs(t, 0.0, "hf", n_prompts, seed,
+                                                                                     on=on)}
+        tps = {m: runs[m].tps(0.0, 0.0) for m in METHODS}
+        out(f"  prior, {t.name}: vanilla {tps['vanilla']:.2f} tok/s (published {t.vanilla_tps})")
+        cells += task_cells(t, runs, tps, "prior", set())
+    return cells
+
+
+def recorded_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
+    """profile_recorded: each `TASK=DIR:PROFILE` is a folder of real runs recorded by `python -m simulators check
+    clock` on prompts the profile was never fitted to; every recording process (sub-folder) is one cell per
+    strategy: the surrogate's block efficiency under the profile against the real pair's on the same prompts."""
+    from simulators.decisions import compare, folders, id_mapper, load_real
+    from simulators.sim_profiles import load_profile
+
+    cells = []
+    for spec in specs:
+        task, _, rest = spec.partition("=")
+        root, _, profile = rest.rpartition(":")
+        if not (task and root and profile):
+            raise OuroborosError(f"--recorded takes TASK=DIR:PROFILE, got {spec!r}")
+        opts = load_profile(profile)
+        model = str(opts.get("pair") or "qwen_coder")
+        opts.pop("fit", None)
+        mapper = id_mapper(model)
+        for d in folders(root):
+            real = load_real(d, model)
+            seen = {r.prompt_id for run in real.values() for r in run.results}
+            for row in compare(real, opts, mapper, "all"):
+                e = rel(row["sim"]["eta"], row["real"]["eta"])
+                name = real[row["run"]].name
+                out(f"  {profile} on {os.path.basename(d)} ({row['prompts']} prompts): {row['run']} eta real "
+                    f"{row['real']['eta']:.2f}, simulated {row['sim']['eta']:.2f} ({e:+.1%})")
+                if e is not None and name != "vanilla":
+                    cells.append({"source": "profile_recorded", "task": f"{task} ({os.path.basename(d)})",
+                                  "strategy": name, "metric": "block_efficiency", "error": round(e, 4),
+                                  "run": row["run"], "prompts": sorted(seen)})
+    return cells
+
+
+def quantile(xs: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (pos - lo)
+
+
+def summarise(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """strategy -> {metric: band, cells, coverage, median bias} over the cells of one source."""
+    out: dict[str, dict[str, Any]] = {}
+    for m in dict.fromkeys([*METHODS, *(c["strategy"] for c in cells)]):
+        entry: dict[str, Any] = {}
+        for metric in ("block_efficiency", "tokens_per_s", "speedup"):
+            errs = [c["error"] for c in cells if c["strategy"] == m and c["metric"] == metric]
+            if m == "vanilla" and metric != "tokens_per_s":
+                entry[metric] = 0.0     # 1 by definition, whatever the source
+                continue
+            if not errs:
+                continue
+            b = quantile([abs(e) for e in errs], BAND_LEVEL)
+            entry[metric] = round(b, 4)
+            entry.setdefault("cells", {})[metric] = len(errs)
+            entry.setdefault("coverage", {})[metric] = round(sum(abs(e) <= b + 1e-12 for e in errs) / len(errs), 3)
+            entry.setdefault("bias", {})[metric] = round(statistics.median(errs), 4)
+        out[m] = entry
+    return out
+
+
+def add_args(ap) -> None:
+    ap.add_argument("--prompts", type=int, default=16, help="surrogate prompts per task")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="where the bands go (default conf/calibration/bands.yaml)")
+    ap.add_argument("--recorded", action="append", default=[], metavar="TASK=DIR:PROFILE",
+                    help="real runs recorded by `python -m simulators check clock` on prompts PROFILE was not fitted "
+                         "to (repeatable): the profile_recorded band")
+
+
+def main(a: Any, out=print) -> int:
+    if a.prompts < 1:
+        raise OuroborosError(f"--prompts must be >= 1, got {a.prompts}")
+    from simulators.sim_profiles import git_commit
+
+    out("measuring the bands on the Yi-34B/6B paper figures (conf/calibration/yi34b_6b_a800x2.yaml):")
+    loto = loto_cells(a.prompts, a.seed, out)
+    prior = prior_cells(a.prompts, a.seed, out)
+    recorded = recorded_cells(a.recorded, out) if a.recorded else []
+    cmd = f"python -m simulators calibrate bands --prompts {a.prompts} --seed {a.seed}" + "".join(
+        f" --recorded {spec.split('=', 1)[0]}=<recorded runs>:{spec.rpartition(':')[2]}" for spec in a.recorded)
+    doc = {
+        "level": BAND_LEVEL,
+        "profile_measured": {
+            "what": "a profile from the pair's own vanilla + SpS figures (calibrate measured)",
+            "held_out": "leave-one-task-out over Yi-34B/6B's five paper tasks",
+            "command": cmd, "commit": git_commit(), "strategies": summarise(loto), "cells": loto},
+        "prior": {
+            "what": "the uncalibrated prior (conf/sim/default.yaml, the hardware's estimated overheads)",
+            "held_out": "every Yi-34B/6B paper figure; the decisions are not fitted to any, but the a800x2 profile's "
+                        "per-forward overheads were fitted to these vanilla and SpS token/s, so the token/s bands "
+                        "understate the prior's clock error on an uncalibrated machine",
+            "command": cmd, "commit": git_commit(), "strategies": summarise(prior), "cells": prior},
+        "profile_recorded": {
+            "what": "a profile fitted to the pair's recorded real decisions (calibrate decisions)",
+            "held_out": ("real runs of prompts no profile was fitted to (" + "; ".join(
+                f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]}" for sp in a.recorded) + "; traces kept in the "
+                "cache, not in git; one cell per recording process of 4 prompts); block efficiency only, the clock "
+                "is not part of it"
+                         if a.recorded else "not measured: needs recorded real runs of held-out prompts "
+                         "(python -m simulators check clock); python -m simulators check decisions reports their "
+                         "errors"),
+            "command": cmd if a.recorded else None, "commit": git_commit() if a.recorded else None,
+            "strategies": summarise(recorded) if a.recorded else {}, "cells": recorded},
+    }
+    path = Path(a.out) if a.out else BANDS_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("# Written by `python -m simulators calibrate bands` (simulators/calibration/bands.py): per kind "
+                "of decision source and\n# strategy, the half-width of the central 80% of relative errors measured on "
+                "figures "
+                "the source was not\n# fitted to. Read by simulators/trust.py: every simulated record, table and "
+                "figure shows them.\n")
+        yaml.safe_dump(doc, f, sort_keys=False, width=120)
+    out(band_table(doc))
+    out(f"bands written to {path}")
+    return 0
+
+
+def band_table(doc: dict[str, Any]) -> str:
+    lines = [f"{'source':<18}{'strategy':<13}{'eta':>8}{'tok/s':>8}{'speedup':>9}{'cells':>7}{'coverage':>10}"]
+    for src in ("profile_measured", "prior", "profile_recorded"):
+        for m, e in (doc[src].get("strategies") or {}).items():
+            def f(k: str, e: dict[str, Any] = e) -> str:
+                return "-" if e.get(k) is None else f"±{e[k]:.0%}"
+            n = max((e.get("cells") or {}).values(), default=0)
+            cov = min((e.get("coverage") or {}).values(), default=None)
+            lines.append(f"{src:<18}{m:<13}{f('block_efficiency'):>8}{f('tokens_per_s'):>8}{f('speedup'):>9}{n:>7}"
+                         f"{'-' if cov is None else f'{cov:.0%}':>10}")
+    return "\n".join(lines)
