@@ -8,7 +8,8 @@ token decisions come from surrogate LMs, a replayed trace or a real proxy pair.
 Tree: hardware.py (machine profiles), profiles.py (model profiles), cost_model.py (t(k, ctx), memory check),
 surrogate.py (surrogate LMs), backend.py (SimClock, SimBackend, ProxyBackend), pair.py (make_pair),
 replay.py (trace record / replay); calibration/ (jobs that write profiles) and checks/ (jobs that compare
-predictions with measurements), both run by `python -m simulators {calibrate,check} JOB` (__main__.py); bench.py.
+predictions with measurements), both run by `python -m simulators {calibrate,check} JOB` (__main__.py), as are
+bench.py and write_options.py.
 """
 
 from simulators.backend import ProxyBackend, SimBackend, SimClock

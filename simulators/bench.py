@@ -1,4 +1,4 @@
-"""`python -m simulators.bench {speed,grid}`: how fast the simulator itself runs (wall clock of this machine).
+"""`python -m simulators bench {speed,grid}`: how fast the simulator itself runs (wall clock of this machine).
 
 speed: simulated new tokens per CPU second of this process (one core), per strategy, surrogate LMs, Yi-34B/6B
   profile on a800x2 (the cost model is a few multiplications per forward; the loop and proposers dominate).
@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import cli
 from ouroboros.decode import decode
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.pair import make_pair
@@ -88,21 +85,17 @@ def grid(n_prompts: int, max_new: int, workers: int) -> None:
           f"{worst[1]['modelled_tps']:.2f} at {worst[0]}, std {statistics.pstdev(tps):.2f}")
 
 
-@cli
-def main(argv: list[str] | None = None) -> int:
-    ap = ArgumentParser(prog="python -m simulators.bench", description=__doc__.splitlines()[0])
+def add_args(ap) -> None:
     ap.add_argument("what", choices=["speed", "grid"])
     ap.add_argument("--prompts", type=int, default=None)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", default=None, help="comma-separated strategies (speed)")
-    a = ap.parse_args(argv)
+
+
+def main(a) -> int:
     if a.what == "speed":
         speed(a.prompts or 20, a.tokens, a.only.split(",") if a.only else None)
     else:
         grid(a.prompts or 100, a.tokens, a.workers)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

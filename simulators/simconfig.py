@@ -3,7 +3,7 @@
 Each field carries its group, its doc (what real measurement or choice it stands for) and its valid range in its
 metadata; `__post_init__` checks the ranges (one error line naming the valid range) and `from_dict` the names and
 types of a Hydra `sim` group. conf/sim/default.yaml and the options table in docs/simulator.md are generated from it
-(`python -m simulators.write_options`; tests/test_sim_config.py checks that the committed files agree).
+(`python -m simulators write-options`; tests/test_sim_config.py checks that the committed files agree).
 
 Options that no profile sets and that did not move held-out error went (`REMOVED`: the value the simulator keeps);
 records written with them still load, and `from_dict(..., legacy=True)` drops them. Knows nothing of surrogates,

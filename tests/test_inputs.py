@@ -116,7 +116,7 @@ ROWS = [
     ("simulators", ["check", "paper", "--bogus"], "unrecognized arguments: --bogus"),
     ("simulators", ["calibrate", "clock", "--bogus"], "unrecognized arguments: --bogus"),
     ("simulators", ["calibrate", "nope"], "invalid choice: 'nope'"),
-    ("simulators.bench", ["fast"], "argument what: invalid choice"),
+    ("simulators", ["bench", "fast"], "argument what: invalid choice"),
     ("ouroboros.bench.forward", ["--threads", "0"], "--threads >= 1"),
     ("ouroboros.bench.forward", ["--ks", "1,x"], "--ks must be comma-separated whole numbers, got '1,x'"),
     ("simulators", ["check", "clock", "--bogus"], "unrecognized arguments: --bogus"),
