@@ -61,7 +61,8 @@ def folders(root: str) -> list[str]:
         return [root]
     out = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(root, "*", "real.jsonl")))
     if not out:
-        raise OuroborosError(f"no recorded runs under {root} (real.jsonl): record with simulators check clock first")
+        raise OuroborosError(f"no recorded runs under {root} (real.jsonl): record with `python -m simulators "
+                             "check clock` first")
     return out
 
 
