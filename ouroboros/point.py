@@ -115,7 +115,7 @@ def sampled_text(run: RunConfig) -> str:
 
 def sim_decisions(run: RunConfig) -> dict[str, Any]:
     """A simulated record's `decisions`: where its tokens come from and its strategy's measured error band."""
-    return registry.part("sim", "decisions")(run.sim, run.strategy.name)
+    return registry.part("sim", "decisions")(run.sim, run.strategy.name, run.dataset)
 
 
 def serving_speedup(baseline: RunResult, result: RunResult) -> float:

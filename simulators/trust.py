@@ -81,8 +81,21 @@ def with_default_profile(sim: dict[str, Any], model: dict[str, Any], dataset: di
 
 
 # ----------------------------------------------------------------------------------------------- sources
-def decision_source(sim: dict[str, Any]) -> dict[str, Any]:
-    """{kind, name, fitted_to}: who decides the simulated tokens (see the module doc)."""
+def prompt_format(dataset: dict[str, Any]) -> dict[str, Any]:
+    """How a dataset's prompts are rendered (the datasets loader's defaults where a key is absent)."""
+    return {"chat": dataset.get("chat", "auto"), "template": dataset.get("template", "{prompt}")}
+
+
+def other_format(fit: dict[str, Any], dataset: dict[str, Any] | None) -> bool:
+    """A profile fitted on recordings whose prompts were rendered otherwise than this run's: its decisions were
+    measured on another workload (an instruct model answers a templated prompt very differently), so no band."""
+    fitted = (fit.get("inputs") or {}).get("prompt_format")
+    return bool(fitted and dataset is not None and prompt_format(dataset) != prompt_format(fitted))
+
+
+def decision_source(sim: dict[str, Any], dataset: dict[str, Any] | None = None) -> dict[str, Any]:
+    """{kind, name, fitted_to}: who decides the simulated tokens (see the module doc); `other_format` when the
+    profile's recordings rendered their prompts otherwise than `dataset` does."""
     tokens = sim.get("tokens", "surrogate")
     if tokens == "replay":
         return {"kind": "recorded", "name": str(sim.get("trace")), "fitted_to": "a replayed real trace"}
@@ -94,8 +107,9 @@ def decision_source(sim: dict[str, Any]) -> dict[str, Any]:
         return {"kind": "iid", "name": None, "fitted_to": f"an i.i.d. draft agreement of {sim.get('alpha')}"}
     fit = sim.get("fit")
     if fit:
-        return {"kind": "profile", "name": sim.get("profile") or sim.get("pair"), "method": profile_method(fit),
-                "fitted_to": fitted_to(fit)}
+        src = {"kind": "profile", "name": sim.get("profile") or sim.get("pair"), "method": profile_method(fit),
+               "fitted_to": fitted_to(fit)}
+        return {**src, "other_format": True} if other_format(fit, dataset) else src
     return {"kind": "prior", "name": None, "fitted_to": "not calibrated for this pair and task"}
 
 
@@ -137,7 +151,9 @@ def bands() -> dict[str, Any]:
 
 def band_for(source: dict[str, Any], strategy: str) -> dict[str, Any] | None:
     """{block_efficiency, tokens_per_s, speedup: half-widths (relative), cells, measured_by} of `strategy` for this
-    kind of source; None when no held-out check has measured it."""
+    kind of source; None when no held-out check has measured it (or the profile was fitted on other prompts)."""
+    if source.get("other_format") and strategy != "vanilla":   # vanilla's eta and speedup are 1 by definition
+        return None
     entry = bands().get(band_key(source)) or {}
     b = (entry.get("strategies") or {}).get(strategy)
     if not b:
@@ -146,15 +162,16 @@ def band_for(source: dict[str, Any], strategy: str) -> dict[str, Any] | None:
             "measured_by": f"{entry.get('command')} ({entry.get('held_out')})"}
 
 
-def record_decisions(sim: dict[str, Any], strategy: str) -> dict[str, Any]:
+def record_decisions(sim: dict[str, Any], strategy: str, dataset: dict[str, Any] | None = None) -> dict[str, Any]:
     """The `decisions` block of a simulated record: the source and the band of this strategy's numbers."""
-    src = decision_source(sim)
+    src = decision_source(sim, dataset)
     return {**src, "label": source_label(src), "band": band_for(src, strategy)}
 
 
 def source_label(src: dict[str, Any]) -> str:
     if src["kind"] == "profile":
-        return f"profile {src['name']} ({src.get('method')})"
+        other = ", other prompt format" if src.get("other_format") else ""
+        return f"profile {src['name']} ({src.get('method')}{other})"
     if src["kind"] in ("recorded", "proxy"):
         return f"{src['kind']} {src['name']}"
     return src["kind"]
@@ -163,7 +180,7 @@ def source_label(src: dict[str, Any]) -> str:
 def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any], typed: set[str]) -> list[str]:
     """The `note:` lines a simulated run prints about its decisions: the profile picked for it, or that it runs on
     the prior and how to calibrate."""
-    src = decision_source(sim)
+    src = decision_source(sim, dataset)
     task = dataset_task(dataset)
     pair = pair_name(model)
     if src["kind"] == "profile":
@@ -172,8 +189,16 @@ def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, 
         other = (f"; it was fitted on {fit_task}, this dataset is {task}" if task and fit_task
                  and fit_task.replace("/", "") != task else "")
         off = "; sim=default opts out" if "sim" not in typed else ""
-        return [f"decisions: profile {src['name']} {how} {task or 'this run'} (fitted to {src['fitted_to']}){other}"
-                f"{off}"]
+        notes = [f"decisions: profile {src['name']} {how} {task or 'this run'} (fitted to {src['fitted_to']}){other}"
+                 f"{off}"]
+        if src.get("other_format"):
+            fitted = prompt_format((sim.get("fit") or {}).get("inputs", {}).get("prompt_format") or {})
+            mine = prompt_format(dataset)
+            diff = ", ".join(f"{k} {fitted[k]!r} there, {mine[k]!r} here" for k in fitted if fitted[k] != mine[k])
+            notes.append(f"decisions: {src['name']} was fitted on prompts rendered otherwise ({diff}), so no "
+                         f"measured band holds here: the real pair's block efficiency can differ several-fold between "
+                         f"prompt formats (docs/results.md); set dataset.template='{{prompt}}' to match the profile")
+        return notes
     if src["kind"] != "prior":
         return [f"decisions: {source_label(src)} ({src['fitted_to']})"]
     own = sorted((model.get("sim_profiles") or {}).items())

@@ -53,9 +53,9 @@ def test_the_pairs_profile_for_the_task_is_used_by_default_with_a_note():
     assert run.sim["profile"] == "qwen_coder_humaneval"
     assert run.sim["alpha_easy"] == yaml.safe_load((ROOT / "conf/sim/qwen_coder_humaneval.yaml").read_text())[
         "alpha_easy"]
-    [note] = [n for n in notes if n.startswith("decisions:")]
+    note, fmt = [n for n in notes if n.startswith("decisions:")]   # the profile, and that its prompts were bare
     assert "profile qwen_coder_humaneval picked for humaneval" in note and "recorded real runs" in note
-    assert "sim=default opts out" in note
+    assert "sim=default opts out" in note and "rendered otherwise" in fmt
 
 
 def test_sim_default_opts_out_and_says_it_runs_on_the_prior():
@@ -244,3 +244,23 @@ def test_wandb_metrics_carry_the_band():
            "speedup": 2.0, "decisions": {"band": {"speedup": 0.24, "block_efficiency": None, "cells": {"speedup": 5}}}}
     m = point_metrics(Record.from_json(rec))
     assert m["band/speedup"] == 0.24 and "band/block_efficiency" not in m and "band/cells" not in m
+
+
+def test_a_profile_fitted_on_other_prompt_formats_keeps_no_band_and_says_why():
+    """The qwen_coder profiles were fitted on recordings of bare prompts (template '{prompt}'); dataset=humaneval's
+    own template makes the instruct target rewrite the whole function (real pld eta 6.74 against 1.22 bare: 4
+    prompts each, docs/results.md), so on it the profile's measured bands do not hold."""
+    from simulators.sim_profiles import load_profile
+
+    prof = load_profile("qwen_coder_humaneval")
+    assert prof["fit"]["inputs"]["prompt_format"] == {"chat": "auto", "template": "{prompt}"}
+    templated = {"kind": "humaneval", "chat": "auto", "template": "Complete:\n{prompt}"}
+    bare = {"kind": "humaneval", "chat": "auto", "template": "{prompt}"}
+    other = trust.record_decisions(prof, "pld", templated)
+    same = trust.record_decisions(prof, "pld", bare)
+    assert other["band"] is None and "other prompt format" in other["label"]
+    assert same["band"] is not None and "other prompt format" not in same["label"]
+    assert trust.record_decisions(prof, "vanilla", templated)["band"] is not None   # 1 by definition
+    notes = trust.source_notes(prof, {"name": "qwen_coder"}, templated, set())
+    assert len(notes) == 2 and "no measured band holds here" in notes[1] and "'Complete:\\n{prompt}' here" in notes[1]
+    assert len(trust.source_notes(prof, {"name": "qwen_coder"}, bare, set())) == 1
