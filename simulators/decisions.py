@@ -43,6 +43,10 @@ SIM_SEEDS = 3                    # the simulated side pools its prompt results o
 SIM_HARDWARE = "h100"            # decisions need no clock; any profile the pair fits on
 
 
+BARE_PROMPTS = {"chat": "auto", "template": "{prompt}"}   # what `check clock --dataset <kind>` rendered before it
+                                                         # took the dataset's YAML (and what those recordings used)
+
+
 @dataclass
 class RealRun:
     label: str
@@ -53,6 +57,8 @@ class RealRun:
     prompts: list[list[int]] = field(default_factory=list)       # real prompt ids, same order
     groups: list[int] = field(default_factory=list)              # which folder (one proposer per folder)
     unrecorded: dict[str, int] = field(default_factory=dict)     # prompt id -> contexts the replay asked, not recorded
+    # how the recorded prompts were rendered (chat, template); recordings that do not say it used bare prompts
+    prompt_format: dict[str, Any] = field(default_factory=lambda: dict(BARE_PROMPTS))
 
 
 def folders(root: str) -> list[str]:
@@ -82,7 +88,8 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
             by_id = {p.id: p for p in trace_prompts(load_trace(tpath))}
             name, params = rs[0]["name"], rs[0]["params"]
             proposer = build_proposer(name, params, sim.target, sim.draft if get_spec(name).needs_draft_model else None)
-            run = runs.setdefault(label, RealRun(label, name, params, rs[0]["budget"]))
+            run = runs.setdefault(label, RealRun(label, name, params, rs[0]["budget"],
+                                                 prompt_format=rs[0].get("prompt_format") or dict(BARE_PROMPTS)))
             warm_up(sim, proposer, by_id[rs[0]["prompt_id"]].ids)
             lms = (sim.target.lm, sim.draft.lm)  # type: ignore[attr-defined]
             for r in rs:

@@ -30,6 +30,10 @@ def test_record_then_replay_makes_the_real_decisions(tmp_path, capsys):
     for ln in rows:
         assert "4/4 outputs, 0 unrecorded contexts" in ln, ln
     assert len(list(out.glob("trace-*.json"))) == 6
+    # each recorded result says how its prompts were rendered (a profile fitted on them states it)
+    import json
+    fmts = {json.dumps(json.loads(ln)["prompt_format"]) for ln in (out / "real.jsonl").read_text().splitlines()}
+    assert fmts == {json.dumps({"chat": False, "template": "{prompt}"})}
     # replay-only under another clock: same decisions, other seconds
     assert main(["--replay-only", "--dir", str(out), "--hardware", "a100"]) == 0
     again = capsys.readouterr().out
@@ -98,3 +102,22 @@ def test_a_stopped_recording_keeps_its_finished_prompts(tmp_path, capsys, monkey
     assert main(["--replay-only", "--dir", str(out), "--hardware", "h200"]) == 0
     rows = [ln for ln in capsys.readouterr().out.splitlines() if "outputs," in ln]
     assert len(rows) == 2 and all("1/1 outputs, 0 unrecorded contexts" in ln for ln in rows)
+
+
+def test_recordings_render_prompts_as_the_dataset_yaml_does():
+    """`check clock --dataset humaneval` renders HumanEval as `dataset=humaneval` does (the YAML's template); a
+    typed key wins; older recordings that do not say are read as bare prompts."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from simulators.checks.clock import dataset_cfg
+    from simulators.decisions import BARE_PROMPTS, RealRun
+
+    conf = yaml.safe_load((Path(__file__).parents[1] / "conf/dataset/humaneval.yaml").read_text())
+    args = SimpleNamespace(dataset=["humaneval"], limit=3, ids=None, max_new_tokens=16)
+    cfg = dataset_cfg(args)
+    assert cfg["template"] == conf["template"] != "{prompt}" and cfg["limit"] == 3 and cfg["max_new_tokens"] == 16
+    args.dataset = ["humaneval", "template='{prompt}'"]
+    assert dataset_cfg(args)["template"] == "{prompt}"
+    assert RealRun("x", "pld", {}, 8).prompt_format == BARE_PROMPTS

@@ -234,6 +234,7 @@ def main(a) -> int:
     fit = {"pair": a.model, "task": a.task,
            "inputs": {"recorded_runs": sorted(r.replace(str(Path.home()), "~") for r in real), "prompts": n,
                       "fit_prompts": "even positions",
+                      "prompt_format": next(iter(real.values())).prompt_format,
                       "max_new_tokens": next(iter(real.values())).budget},
            "inputs_source": "real greedy runs of the pair recorded by `python -m simulators check clock` (traces "
                             "kept in "

@@ -65,6 +65,23 @@ class Compared:
         return self.sim_decode_s / self.real_decode_s - 1
 
 
+def dataset_cfg(args) -> dict[str, Any]:
+    """The prompts as `dataset=<kind>` renders them: conf/dataset/<kind>.yaml's set values (its template, chat),
+    then what the command line types (`--dataset kind key=value`, --limit, --ids, --max-new-tokens)."""
+    typed = parse_kind(args.dataset, "dataset")
+    try:
+        base = {k: v for k, v in load_conf("dataset", typed["kind"]).items()
+                if v is not None and not isinstance(v, (dict, list)) and "${" not in str(v) and k != "defaults"}
+    except OuroborosError:   # a kind with no YAML of its own: the loader's defaults
+        base = {}
+    cfg = {**base, **typed}
+    cfg.setdefault("limit", args.limit)
+    if args.ids:
+        cfg["ids"] = args.ids.split(",")
+    cfg["max_new_tokens"] = args.max_new_tokens
+    return cfg
+
+
 def load_real(args) -> tuple[Any, list[Prompt], Any, Any]:
     """(loaded pair, prompts, target HFBackend, draft HFBackend or None) as the command line asks, with torch's
     threads set."""
@@ -77,11 +94,7 @@ def load_real(args) -> tuple[Any, list[Prompt], Any, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     model_cfg = parse_kind(args.model, "model")
-    data_cfg = parse_kind(args.dataset, "dataset")
-    data_cfg.setdefault("limit", args.limit)
-    if args.ids:
-        data_cfg["ids"] = args.ids.split(",")
-    data_cfg["max_new_tokens"] = args.max_new_tokens
+    data_cfg = dataset_cfg(args)
     pair = load_pair(model_cfg, dtype=args.dtype, device="cpu")
     vocab = int(pair.target.get_output_embeddings().weight.shape[0])  # type: ignore[operator]
     prompts = load_prompts(data_cfg, pair.tokenizer, vocab, 0)
@@ -117,7 +130,8 @@ def save_record(out_dir: str, specs, recs, results: list[list[PromptResult]], pr
                 eos_ids: tuple[int, ...], args) -> None:
     """Write each run's trace and the measured times of the prompts done so far; every file is replaced whole
     (written aside, then renamed), so a kill never leaves a half-written one."""
-    lines = []
+    lines, cfg = [], dataset_cfg(args)
+    fmt = {"chat": cfg.get("chat", "auto"), "template": cfg.get("template", "{prompt}")}
     for s, (t, d), rs in zip(specs, recs, results, strict=True):
         tables = {"target": t} if d is None else {"target": t, "draft": d}
         path = os.path.join(out_dir, trace_name(s.label))
@@ -126,7 +140,7 @@ def save_record(out_dir: str, specs, recs, results: list[list[PromptResult]], pr
         os.replace(path + ".part", path)
         for r in rs:
             lines.append(json.dumps({"run": s.label, "name": s.name, "params": s.params, "budget": args.max_new_tokens,
-                                     "output": r.output, **r.summary()}) + "\n")
+                                     "prompt_format": fmt, "output": r.output, **r.summary()}) + "\n")
     path = os.path.join(out_dir, "real.jsonl")
     with open(path + ".part", "w", encoding="utf-8") as f:
         f.writelines(lines)
