@@ -83,12 +83,12 @@ def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids:
         draft = proposer.propose(state)
         t1 = clock.now()
         # 2. score: ONE target forward over pending tokens + the whole tree
-        fed = len(target.tokens) - target.cache_len + len(draft)  # type: ignore[attr-defined]
+        fed = len(target.tokens) - target.cache_len + len(draft)
         scores = target.score(draft, want_logits=want_logits)
         # 3. verify: accepted root-to-leaf path + bonus token
         verdict = verifier(draft, scores, state)
         t2 = clock.now()
-        # 5. cut at the budget and after the first EOS (done before commit so only kept tokens are committed)
+        # 4. cut at the budget and after the first EOS (done before commit so only kept tokens are committed)
         new = verdict.tokens[: state.remaining]
         hit_eos = False
         if eos_ids:
@@ -98,7 +98,7 @@ def run_steps(target: Backend, proposer: Proposer, max_new_tokens: int, eos_ids:
                     break
         if len(new) < len(verdict.tokens):  # the proposer observes exactly what was committed
             verdict = replace(verdict, path=verdict.path[: len(new)], tokens=new)
-        # 4. commit: keep the accepted nodes' state, drop the rest
+        # 5. commit: keep the accepted nodes' state, drop the rest
         target.commit(verdict.path, new)
         out.extend(new)
         state.remaining -= len(new)

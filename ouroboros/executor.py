@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 
 from ouroboros.config import RunConfig, strategy_params
-from ouroboros.harness import Job, PromptRunner, StrategyRun, StrategyRunner, run_interleaved, run_prompts
+from ouroboros.harness import (
+    WARMUP_TOKENS,
+    Job,
+    PromptRunner,
+    StrategyRun,
+    StrategyRunner,
+    run_interleaved,
+    run_prompts,
+)
 from ouroboros.interrupts import interrupts_deferred
 from ouroboros.metrics import PromptResult, RunResult
 from ouroboros.point import (
@@ -254,7 +262,7 @@ class Executor:
             return slot_factory(sess.target, draft, run.strategy.name, dict(run.strategy.params), sv.load_aware,
                                 sv.max_draft, sv.shared_pool)
         if run.warmup:   # one short request on a throw-away slot: allocations and kernel choice off the clock
-            serve([Request(reqs[0].prompt, min(8, reqs[0].budget), "warmup")], Load(1),
+            serve([Request(reqs[0].prompt, min(WARMUP_TOKENS, reqs[0].budget), "warmup")], Load(1),
                   engine_for(sess.target, prefill), slots(), sess.eos_ids)
         out = serve(reqs, load, engine_for(sess.target, prefill), slots(), sess.eos_ids)
         return RunResult(strategy=point.label, prompts=[s.result for s in out.requests],

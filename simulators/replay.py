@@ -185,7 +185,9 @@ def trace_prompts(doc: dict[str, Any]) -> list[Prompt]:
     return [Prompt(id=p["id"], ids=p["ids"], max_new_tokens=p.get("max_new_tokens")) for p in doc["prompts"]]
 
 
-WARMUP_TOKENS = 4  # each run's warm-up decode (on the first prompt) before the recorded prompts
+# each recorded run's warm-up decode (on the first prompt) before its prompts: the traces hold that warm-up's
+# contexts, so it is the recordings' own constant, not the harness' WARMUP_TOKENS (8), which a replay could not answer
+WARMUP_TOKENS = 4
 
 
 def warm_up(pair, proposer, first_prompt: list[int]) -> None:
