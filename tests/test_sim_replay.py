@@ -104,7 +104,7 @@ def test_realcheck_recording_replays_with_no_unrecorded_context(tmp_path, monkey
                                if ":" in lb else {}, lb) for lb in labels]
     for s in specs:
         s.params = {k: int(v) for k, v in s.params.items()}
-    args = types.SimpleNamespace(max_new_tokens=24, dtype="float64", threads=0)
+    args = types.SimpleNamespace(max_new_tokens=24, dtype="float64", threads=0, dataset=["text"], limit=None, ids=None)
     realcheck.record(args, specs, str(tmp_path))
     for lb in labels:
         doc = load_trace(str(tmp_path / realcheck.trace_name(lb)))
