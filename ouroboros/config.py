@@ -33,6 +33,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ouroboros.backends import registry
 from ouroboros.backends.base import OuroborosError
+from ouroboros.checks import check_range
 from ouroboros.datasets import load_records
 from ouroboros.paths import check_writable
 from ouroboros.sampling import SamplingConfig
@@ -252,10 +253,8 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
     """Check one point; raises OuroborosError with one line saying why. Loads no model. serving=False: skip the
     serve.* checks (a sweep's base config, whose points set serve.concurrency; each point is checked in full)."""
     run = cfg if isinstance(cfg, RunConfig) else to_run_config(cfg)
-    if run.max_new_tokens <= 0:
-        raise OuroborosError(f"max_new_tokens must be >= 1, got {run.max_new_tokens}")
-    if run.seed < 0:
-        raise OuroborosError(f"seed must be >= 0, got {run.seed}")
+    check_range("max_new_tokens", run.max_new_tokens, lo=1)
+    check_range("seed", run.seed, lo=0)
     spec = get_spec(run.strategy.name)
     check_files(run.strategy.name, run.strategy.params)
     if is_peer(run.strategy.name) and run.backend_kind != "hf":
@@ -289,8 +288,7 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
 
         parse_dtype(run.backend.dtype)
         check_device(run.backend.device)
-        if run.backend.threads < 0:
-            raise OuroborosError(f"backend.threads must be >= 0, got {run.backend.threads}")
+        check_range("backend.threads", run.backend.threads, lo=0)
     if spec.needs_draft_model and "draft" in run.model and run.model["draft"] is None:
         raise OuroborosError(f"strategy '{run.strategy.name}' needs a draft model, but model.draft is null")
     if run.logger.wandb.mode not in WANDB_MODES:
@@ -305,12 +303,9 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
 def check_serve(run: RunConfig) -> None:
     """The serve.* settings (the checks `serve()` itself runs are ouroboros/serving/load.py's, shared)."""
     sv = run.serve
-    if sv.concurrency < 0:
-        raise OuroborosError(f"serve.concurrency must be >= 0 (0: one request at a time, alone), got {sv.concurrency}")
-    if sv.requests < 0:
-        raise OuroborosError(f"serve.requests must be >= 0 (0: one per prompt), got {sv.requests}")
-    if sv.max_draft < 1:
-        raise OuroborosError(f"serve.max_draft must be >= 1, got {sv.max_draft}")
+    check_range("serve.concurrency", sv.concurrency, lo=0, note=" (0: one request at a time, alone)")
+    check_range("serve.requests", sv.requests, lo=0, note=" (0: one per prompt)")
+    check_range("serve.max_draft", sv.max_draft, lo=1)
     check_prefill(sv.prefill)
     if sv.concurrency == 0:
         if sv.rate is not None or sv.load_aware or sv.requests or sv.shared_pool:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.checks import check_range
 from ouroboros.sources import (
     SPECBENCH_BUDGETS,
     Record,
@@ -119,8 +120,7 @@ def select(records: list[Record], ids: list | None, limit: int | None, shuffle: 
         records = list(records)
         random.Random(seed).shuffle(records)
     if limit is not None:
-        if limit < 1:
-            raise OuroborosError(f"dataset.limit must be >= 1, got {limit}")
+        check_range("dataset.limit", limit, lo=1)
         records = records[:limit]
     return arrange(records, order, seed)
 

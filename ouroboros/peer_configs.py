@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ouroboros.checks import check_range
 from ouroboros.contracts import OuroborosError
 
 
@@ -25,14 +26,12 @@ class HFAssistedConfig:
     assistant_confidence_threshold: float = 0.4
 
     def __post_init__(self) -> None:
-        if self.num_assistant_tokens < 1:
-            raise OuroborosError(f"hf_assisted.num_assistant_tokens must be >= 1, got {self.num_assistant_tokens}")
+        check_range("hf_assisted.num_assistant_tokens", self.num_assistant_tokens, lo=1)
         if self.num_assistant_tokens_schedule not in ("constant", "heuristic", "heuristic_transient"):
             raise OuroborosError("hf_assisted.num_assistant_tokens_schedule must be constant, heuristic or "
                                  f"heuristic_transient, got {self.num_assistant_tokens_schedule!r}")
-        if not 0 <= self.assistant_confidence_threshold < 1:
-            raise OuroborosError("hf_assisted.assistant_confidence_threshold must be in [0, 1), got "
-                                 f"{self.assistant_confidence_threshold}")
+        check_range("hf_assisted.assistant_confidence_threshold", self.assistant_confidence_threshold, lo=0, hi=1,
+                    hi_open=True)
 
 
 @dataclass

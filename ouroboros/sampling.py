@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.checks import check_range
 from ouroboros.draft import CANDIDATE, Draft
 from ouroboros.verify import Verdict, trunk_match
 
@@ -47,12 +48,9 @@ class SamplingConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise OuroborosError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise OuroborosError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise OuroborosError(f"top_k must be >= 0, got {self.top_k}")
+        check_range("temperature", self.temperature, lo=0)
+        check_range("top_p", self.top_p, lo=0, hi=1, lo_open=True)
+        check_range("top_k", self.top_k, lo=0)
 
     @property
     def greedy(self) -> bool:

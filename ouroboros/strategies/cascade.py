@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.checks import check_range
 from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
 from ouroboros.strategies.base import DecodeState, Proposer
@@ -42,12 +43,10 @@ class CascadeConfig:
     num_pred_tokens: int = 4    # vertical level's draft length per draft-model step
 
     def __post_init__(self) -> None:
-        if self.gamma < 1:
-            raise OuroborosError(f"cascade.gamma must be >= 1, got {self.gamma}")
+        check_range("cascade.gamma", self.gamma, lo=1)
         if self.vertical not in ("pld", "none"):
             raise OuroborosError(f"cascade.vertical must be 'pld' or 'none', got {self.vertical!r}")
-        if self.horizontal < 0:
-            raise OuroborosError(f"cascade.horizontal must be >= 0, got {self.horizontal}")
+        check_range("cascade.horizontal", self.horizontal, lo=0)
         PLDConfig(self.max_ngram, self.min_ngram, self.num_pred_tokens, "last")  # validates the shared settings
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.checks import check_range
 from ouroboros.contracts import SharesPool
 from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
@@ -74,8 +75,7 @@ class OuroborosConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.gamma < 1:
-            raise OuroborosError(f"ouroboros.gamma must be >= 1, got {self.gamma}")
+        check_range("ouroboros.gamma", self.gamma, lo=1)
         if self.W < 1 or self.N < 2 or self.G < 0 or self.K < 0:
             raise OuroborosError(f"ouroboros needs W >= 1, N >= 2, G >= 0, K >= 0; got W={self.W}, N={self.N}, "
                                  f"G={self.G}, K={self.K}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.checks import check_range
 from ouroboros.draft import Draft
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 
@@ -28,8 +29,7 @@ class PLDConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:
             raise OuroborosError(f"pld needs 1 <= min_ngram <= max_ngram, got {self.min_ngram}, {self.max_ngram}")
-        if self.num_pred_tokens < 1:
-            raise OuroborosError(f"pld.num_pred_tokens must be >= 1, got {self.num_pred_tokens}")
+        check_range("pld.num_pred_tokens", self.num_pred_tokens, lo=1)
         if self.prefer not in ("first", "last"):
             raise OuroborosError(f"pld.prefer must be 'first' or 'last', got {self.prefer!r}")
 

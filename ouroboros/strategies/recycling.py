@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.checks import check_range
 from ouroboros.draft import Draft
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 from ouroboros.strategies.stats import PoolUse
@@ -63,8 +64,7 @@ class RecyclingConfig:
     keep_history: bool = True              # the matrix outlives prompts (the paper's hot start)
 
     def __post_init__(self) -> None:
-        if self.k < 1:
-            raise OuroborosError(f"recycling.k must be >= 1, got {self.k}")
+        check_range("recycling.k", self.k, lo=1)
         if self.tree is not None and self.widths is not None:
             raise OuroborosError("recycling takes a tree template as `tree` (index paths) or `widths`, not both")
         if self.widths is not None and (not self.widths or min(self.widths) < 1 or max(self.widths) > self.k):

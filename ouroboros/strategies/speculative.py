@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.checks import check_range
 from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
 from ouroboros.strategies.base import DecodeState
@@ -86,12 +87,10 @@ class SpeculativeConfig:
     schedule: str = "constant"
 
     def __post_init__(self) -> None:
-        if self.gamma < 1:
-            raise OuroborosError(f"speculative.gamma must be >= 1, got {self.gamma}")
+        check_range("speculative.gamma", self.gamma, lo=1)
         if self.schedule not in SCHEDULES:
             raise OuroborosError(f"speculative.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        if self.draft_temperature < 0:
-            raise OuroborosError(f"speculative.draft_temperature must be >= 0, got {self.draft_temperature}")
+        check_range("speculative.draft_temperature", self.draft_temperature, lo=0)
 
 
 def check_pair(target: Backend, draft: Backend | None, who: str) -> Backend:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.checks import check_range
 from ouroboros.draft import Draft
 from ouroboros.paths import check_writable
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
@@ -64,21 +65,12 @@ class SuffixConfig:
     cache_on_error: str = "raise"   # "raise" | "empty": what a missing / corrupt / incompatible cache_load does
 
     def __post_init__(self) -> None:
-        if self.suffix_decoding_max_tree_depth < 1:
-            raise OuroborosError(f"suffix.suffix_decoding_max_tree_depth must be >= 1, got "
-                                 f"{self.suffix_decoding_max_tree_depth}")
-        if self.num_speculative_tokens is not None and self.num_speculative_tokens < 1:
-            raise OuroborosError(f"suffix.num_speculative_tokens must be >= 1 (or null), got "
-                                 f"{self.num_speculative_tokens}")
-        if self.suffix_decoding_max_spec_factor < 0:
-            raise OuroborosError(f"suffix.suffix_decoding_max_spec_factor must be >= 0, got "
-                                 f"{self.suffix_decoding_max_spec_factor}")
-        if not 0 <= self.suffix_decoding_min_token_prob <= 1:
-            raise OuroborosError(f"suffix.suffix_decoding_min_token_prob must be in [0, 1], got "
-                                 f"{self.suffix_decoding_min_token_prob}")
-        if self.suffix_decoding_max_cached_requests < 0:
-            raise OuroborosError(f"suffix.suffix_decoding_max_cached_requests must be >= 0, got "
-                                 f"{self.suffix_decoding_max_cached_requests}")
+        check_range("suffix.suffix_decoding_max_tree_depth", self.suffix_decoding_max_tree_depth, lo=1)
+        if self.num_speculative_tokens is not None:
+            check_range("suffix.num_speculative_tokens", self.num_speculative_tokens, lo=1, note=" (or null)")
+        check_range("suffix.suffix_decoding_max_spec_factor", self.suffix_decoding_max_spec_factor, lo=0)
+        check_range("suffix.suffix_decoding_min_token_prob", self.suffix_decoding_min_token_prob, lo=0, hi=1)
+        check_range("suffix.suffix_decoding_max_cached_requests", self.suffix_decoding_max_cached_requests, lo=0)
         if (self.cache_load or self.cache_save) and self.suffix_decoding_max_cached_requests == 0:
             raise OuroborosError("suffix.cache_load / cache_save need suffix_decoding_max_cached_requests > 0 "
                                  "(0 turns the global tree off)")
