@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.checks import check_range
 from simulators.hardware import ROOFLINE_P_MAX, Hardware
 from simulators.profiles import ModelProfile
 
@@ -74,13 +75,11 @@ class CostModel:
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, float | int) and not isinstance(v, bool) and (v < 0 or math.isnan(v)):
-                raise OuroborosError(f"cost model {self.name!r}: {f.name} must be >= 0, got {v}")
-        if self.tile < 1:
-            raise OuroborosError(f"cost model {self.name!r}: tile must be >= 1, got {self.tile}")
-        if self.roofline_p > ROOFLINE_P_MAX:
-            raise OuroborosError(f"cost model {self.name!r}: roofline_p must be in [0, {ROOFLINE_P_MAX}] (0 = the "
-                                 f"sharp roofline), got {self.roofline_p}")
+            if isinstance(v, float | int) and not isinstance(v, bool):
+                check_range(f"cost model {self.name!r}: {f.name}", v, lo=0)
+        check_range(f"cost model {self.name!r}: tile", self.tile, lo=1)
+        check_range(f"cost model {self.name!r}: roofline_p", self.roofline_p, lo=0, hi=ROOFLINE_P_MAX,
+                    note=" (0 = the sharp roofline)")
 
     def matmul_s(self, tokens: int) -> float:
         """The weight matmuls of one forward over `tokens` tokens (all rows of a batch): the roofline of reading
@@ -140,8 +139,7 @@ class CostModel:
                 + batch * ctx * self.kv_s_per_ctx + self.attn_s_per_q_ctx * batch * k * (ctx + k))
 
     def scaled(self, factor: float) -> CostModel:
-        if not factor > 0:
-            raise OuroborosError(f"cost scale factor must be > 0, got {factor}")
+        check_range("cost scale factor", factor, lo=0, lo_open=True)
         return replace(self, fixed_s=self.fixed_s * factor, token_s=self.token_s * factor,
                        weight_s=self.weight_s * factor, flop_s_per_token=self.flop_s_per_token * factor,
                        kv_s_per_ctx=self.kv_s_per_ctx * factor, attn_s_per_q_ctx=self.attn_s_per_q_ctx * factor,
@@ -200,8 +198,7 @@ def from_spec(model: ModelProfile, hw: Hardware, dtype: str = "fp16") -> CostMod
 def scaled_to(t1_s: float, base: CostModel | None, ctx_ref: int = 256, name: str = "") -> CostModel:
     """A cost model whose t(1, ctx_ref) equals a measured single-token forward time `t1_s` (t_T or t_S).
     With `base` (e.g. the spec model) its shape in k and ctx is kept; without, the cost is flat in k and ctx."""
-    if not t1_s > 0:
-        raise OuroborosError(f"a measured forward time must be > 0 seconds, got {t1_s}")
+    check_range("a measured forward time", t1_s, lo=0, lo_open=True, note=" seconds")
     if base is None:
         return CostModel(fixed_s=float(t1_s), name=name or "flat")
     return replace(base.scaled(t1_s / base.forward_s(1, ctx_ref)), name=name or base.name)

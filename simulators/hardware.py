@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.checks import check_range
 from ouroboros.strategies import check_type
 
 PLACEMENTS = ("single", "pipeline", "tensor")
@@ -72,24 +73,18 @@ class Hardware:
         if self.attention not in ATTENTION:
             raise OuroborosError(f"hardware {n!r}: attention must be one of {', '.join(ATTENTION)}, "
                                  f"got {self.attention!r}")
-        if self.devices < 1:
-            raise OuroborosError(f"hardware {n!r}: devices must be >= 1, got {self.devices}")
+        check_range(f"hardware {n!r}: devices", self.devices, lo=1)
         if self.placement == "single" and self.devices != 1:
             raise OuroborosError(f"hardware {n!r}: placement 'single' needs devices=1, got {self.devices}")
         for f in ("mem_gb", "mem_bw_gb_s", "tflops"):
-            if not getattr(self, f) > 0:
-                raise OuroborosError(f"hardware {n!r}: {f} must be > 0, got {getattr(self, f)}")
+            check_range(f"hardware {n!r}: {f}", getattr(self, f), lo=0, lo_open=True)
         for f in ("bw_eff", "flop_eff"):
-            if not 0 < getattr(self, f) <= 1:
-                raise OuroborosError(f"hardware {n!r}: {f} must be in (0, 1], got {getattr(self, f)}")
+            check_range(f"hardware {n!r}: {f}", getattr(self, f), lo=0, hi=1, lo_open=True)
         for f in ("forward_overhead_s", "layer_overhead_s", "link_gb_s", "link_latency_s", "runtime_gb"):
-            if getattr(self, f) < 0:
-                raise OuroborosError(f"hardware {n!r}: {f} must be >= 0, got {getattr(self, f)}")
-        if self.tile < 1:
-            raise OuroborosError(f"hardware {n!r}: tile must be >= 1, got {self.tile}")
-        if not 0 <= self.roofline_p <= ROOFLINE_P_MAX:
-            raise OuroborosError(f"hardware {n!r}: roofline_p must be in [0, {ROOFLINE_P_MAX:g}] (0 = the sharp "
-                                 f"roofline), got {self.roofline_p}")
+            check_range(f"hardware {n!r}: {f}", getattr(self, f), lo=0)
+        check_range(f"hardware {n!r}: tile", self.tile, lo=1)
+        check_range(f"hardware {n!r}: roofline_p", self.roofline_p, lo=0, hi=ROOFLINE_P_MAX,
+                    note=" (0 = the sharp roofline)")
         if self.placement != "single" and self.devices > 1 and self.link_gb_s <= 0:
             raise OuroborosError(f"hardware {n!r}: {self.placement} placement over {self.devices} devices "
                                  "needs link_gb_s > 0")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.checks import in_range, range_words
 
 TAIL_LEN = 8     # tokens of context the surrogate target's choices read (its n-gram order is at most this)
 P_SHIFT = 0.5    # share of the surrogate draft's mismatches that are "one token too early" (else the runner-up)
@@ -162,7 +163,7 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            check_range(f, getattr(self, f.name), self)
+            check_option(f, getattr(self, f.name), self)
         if self.prompt_tokens == "ratio" and self.chars_per_token is None:
             raise OuroborosError("sim.prompt_tokens=ratio needs sim.chars_per_token > 0, got None")
 
@@ -219,20 +220,26 @@ def checked_type(name: str, value: Any, hint: Any) -> Any:
         raise OuroborosError(f"sim.{name} must be {e}, got {value!r}") from None
 
 
+def range_in_words(f: dataclasses.Field, cfg: SimConfig | None = None) -> str:
+    """The field's numeric range as ouroboros.checks words it ("in [0, 1)", ">= 1", "> 0"; a `hi` naming another
+    field reads "in [1, order]", or "in [1, order=3]" given the config). A tiny positive `lo` stands for "> 0"."""
+    m = f.metadata
+    lo, hi, hi_name = m["lo"], m["hi"], None
+    if isinstance(hi, str):
+        hi_name, hi = hi, (getattr(cfg, hi) if cfg is not None else None)
+    positive = lo is not None and 0 < lo < 1e-6
+    return range_words(0 if positive else lo, hi, lo_open=positive, hi_open=m["hi_open"], hi_name=hi_name)
+
+
 def valid_range(f: dataclasses.Field) -> str:
     """The field's valid values in words ("" when any value of its type is)."""
     m = f.metadata
     if m["choices"]:
         return " | ".join(map(str, m["choices"]))
-    lo, hi = m["lo"], m["hi"]
-    if lo is not None and hi is not None:
-        return f"[{lo:g}, {hi if isinstance(hi, str) else format(hi, 'g')}{')' if m['hi_open'] else ']'}"
-    if lo is not None:
-        return "> 0" if 0 < lo < 1e-6 else f">= {lo:g}"
-    return ""
+    return "" if m["lo"] is None else range_in_words(f).removeprefix("in ")
 
 
-def check_range(f: dataclasses.Field, v: Any, cfg: SimConfig) -> None:
+def check_option(f: dataclasses.Field, v: Any, cfg: SimConfig) -> None:
     m = f.metadata
     if v is None or isinstance(v, (bool, dict)):
         return
@@ -240,14 +247,6 @@ def check_range(f: dataclasses.Field, v: Any, cfg: SimConfig) -> None:
         if v not in m["choices"]:
             raise OuroborosError(f"unknown sim.{f.name} {v!r}; known: {', '.join(m['choices'])}")
         return
-    lo, hi = m["lo"], m["hi"]
-    if lo is None and hi is None:
-        return
-    if isinstance(hi, str):
-        hi = getattr(cfg, hi)
-    bad = (lo is not None and v < lo) or (hi is not None and (v >= hi if m["hi_open"] else v > hi))
-    if bad:
-        rng = valid_range(f)
-        if isinstance(m["hi"], str):
-            rng = rng.replace(m["hi"], f"{m['hi']}={hi}")
-        raise OuroborosError(f"sim.{f.name} must be {'in ' if rng.startswith('[') else ''}{rng}, got {v}")
+    hi = getattr(cfg, m["hi"]) if isinstance(m["hi"], str) else m["hi"]
+    if not in_range(v, m["lo"], hi, hi_open=m["hi_open"]):
+        raise OuroborosError(f"sim.{f.name} must be {range_in_words(f, cfg)}, got {v}")
