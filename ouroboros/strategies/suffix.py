@@ -32,8 +32,6 @@ This module knows nothing of models, the loop or sinks; the proposer below feeds
 from __future__ import annotations
 
 import heapq
-import json
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +40,7 @@ from ouroboros.backends.base import Backend, OuroborosError
 from ouroboros.checks import check_range
 from ouroboros.draft import Draft
 from ouroboros.paths import check_writable
+from ouroboros.saved import read_doc, write_doc
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 from ouroboros.strategies.stats import PoolUse
 from ouroboros.verify import Verdict
@@ -310,12 +309,7 @@ class SuffixCache:
 
     def save(self, path: str, meta: dict[str, Any]) -> None:
         """The cached outputs, oldest first, as a versioned JSON document (temp file + rename)."""
-        doc = {"format": FORMAT, "version": VERSION, "meta": dict(meta),
-               "outputs": [list(s) for s in self.glob.seqs.values()]}
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
-        os.replace(tmp, path)
+        write_doc(path, FORMAT, VERSION, meta, {"outputs": [list(s) for s in self.glob.seqs.values()]})
 
     def load(self, path: str, meta: dict[str, Any], on_error: str = "raise") -> str | None:
         """Add the saved outputs as cached requests (oldest first, so FIFO eviction keeps the newest). Returns None,
@@ -333,21 +327,7 @@ class SuffixCache:
 
 def read_cache(path: str, meta: dict[str, Any]) -> list[list[int]]:
     """Parse and validate a saved global tree; every failure is one OuroborosError line naming the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise OuroborosError(f"suffix cache file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise OuroborosError(f"suffix cache file {path} is unreadable or corrupt ({type(e).__name__})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise OuroborosError(f"{path} is not a suffix cache file (format {FORMAT!r} expected)")
-    if doc.get("version") != VERSION:
-        raise OuroborosError(f"suffix cache file {path} has version {doc.get('version')!r}; this build reads {VERSION}")
-    saved = doc["meta"] if isinstance(doc.get("meta"), dict) else {}
-    for k, v in meta.items():
-        if saved.get(k) != v:
-            raise OuroborosError(f"suffix cache file {path} is incompatible: {k}={saved.get(k)!r}, this run has {v!r}")
+    doc = read_doc(path, "suffix cache", FORMAT, VERSION, meta)
     outputs = doc.get("outputs")
     vocab = meta.get("vocab_size")
     if not isinstance(outputs, list):
