@@ -38,16 +38,56 @@ PACKAGE_MODULES = ("json", "logging", "concurrent.futures._base", "concurrent.fu
                    "asyncio.tasks", "asyncio.queues", "importlib.metadata")
 
 
+# REST's stand-in datastore (simulators/stand_in.py) holds text the surrogate target does not write, as a real
+# datastore is not the target's own text: a code corpus gets the other one's modules (a "pycode" target against the
+# top-level modules is the pairing of docs/simulator-fidelity.md), and "prose", which no other prose text of the
+# standard library matches, the docstrings of both code corpora's modules (English, apart from the help topics).
+STAND_INS = {"code": "pycode", "pycode": "code", "prose": "docstrings"}
+STAND_IN_WORDS = {"code": "stdlib top-level modules' source", "pycode": "stdlib package modules' source",
+                  "docstrings": "docstrings of the stdlib modules of the code and pycode corpora"}
+
+
+def module_sources(names: tuple[str, ...]) -> list[str]:
+    parts = []
+    for name in names:
+        path = inspect.getsourcefile(importlib.import_module(name))
+        if path:
+            with open(path, encoding="utf-8") as f:
+                parts.append(f.read())
+    return parts
+
+
+def module_docstrings(name: str) -> str:
+    """A module's docstring and those of its public classes, functions and methods (defined there), in name order."""
+    mod = importlib.import_module(name)
+    docs = [inspect.getdoc(mod)]
+    for attr, obj in sorted(vars(mod).items()):
+        if attr.startswith("_") or getattr(obj, "__module__", None) != name:
+            continue
+        docs.append(inspect.getdoc(obj))
+        if inspect.isclass(obj):
+            docs += [inspect.getdoc(f) for m, f in sorted(vars(obj).items()) if not m.startswith("_") and callable(f)]
+    return "\n\n".join(d for d in docs if d)
+
+
+@functools.cache
+def stand_in_docs(kind: str) -> tuple[str, list[str]]:
+    """(what it is, its documents): the text of REST's stand-in datastore beside the surrogate corpus `kind`
+    (`STAND_INS`), one document per module."""
+    other = STAND_INS.get(kind)
+    if other is None:
+        raise OuroborosError(f"unknown surrogate corpus {kind!r}; known: {', '.join(CORPORA)}")
+    if other == "docstrings":
+        docs = [d for d in map(module_docstrings, CODE_MODULES + PACKAGE_MODULES) if d]
+    else:
+        docs = module_sources(CODE_MODULES if other == "code" else PACKAGE_MODULES)
+    return f"{other} ({STAND_IN_WORDS[other]}, {len(docs)} modules)", docs
+
+
 @functools.cache
 def corpus_text(kind: str) -> str:
     if kind in ("code", "pycode"):
-        parts = []
-        for name in CODE_MODULES if kind == "code" else PACKAGE_MODULES:
-            path = inspect.getsourcefile(importlib.import_module(name))
-            if path:
-                with open(path, encoding="utf-8") as f:
-                    parts.append(f.read())
-        return "\n\n".join(parts)
+        return "\n\n".join(module_sources(CODE_MODULES if kind == "code" else PACKAGE_MODULES))
     if kind == "prose":
         from pydoc_data.topics import topics
 

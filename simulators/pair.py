@@ -26,6 +26,8 @@ from simulators.cost_model import CostModel, check_fits, from_spec, scaled_to
 from simulators.hardware import Hardware
 from simulators.profiles import PairProfile
 from simulators.simconfig import SimConfig
+from simulators.stand_in import rest_stand_in as stand_in
+from simulators.stand_in import target_knows
 from simulators.surrogate import IIDDraftLM, NGramLM, NoisyDraftLM
 from simulators.tokens import prompt_tokenizer, real_tokenizer_dir
 
@@ -136,13 +138,18 @@ _MEMORIES: dict[tuple[str, float | None], Any] = {}
 
 
 def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, Any] | SimConfig | None = None,
-              seed: int = 0) -> SimPair:
+              seed: int = 0, rest_stand_in: bool = False) -> SimPair:
+    """`rest_stand_in`: the pair serves a REST run on the simulator's stand-in datastore (simulators/stand_in.py);
+    with sim.recall on and no sim.recall_text its target knows the stand-in's text."""
     opts, prof, hw, costs = pair_setup(model, hardware, sim)
     clock = SimClock()
     kind = opts.tokens
     if kind in ("surrogate", "iid"):
         real_dir = str(real_tokenizer_dir(opts.tokenizer, model)) if opts.pieces == "real" else None
-        lm = NGramLM(opts, seed=seed, memory=recall_memory(opts.recall_text), tokenizer_dir=real_dir)
+        memory = recall_memory(opts.recall_text)
+        if rest_stand_in and target_knows(opts):
+            memory = stand_in(opts, model).datastore
+        lm = NGramLM(opts, seed=seed, memory=memory, tokenizer_dir=real_dir)
         q: Any = (IIDDraftLM if kind == "iid" else NoisyDraftLM)(lm, opts, seed=seed + 1)
         ctx = min(prof.target.max_context, prof.draft.max_context)
         target = SimBackend(lm, costs["target"], clock, ctx, name=prof.target.name)

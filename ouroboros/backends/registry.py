@@ -6,8 +6,8 @@ core. This is the one module of `ouroboros` that names the simulator's modules (
 says its kind (`Servable.kind` in ouroboros/contracts.py); `engine(kind)` is the batched-serving engine class its
 kind runs under load (ouroboros/serving/scheduler.py `Engine`, built with `for_backend(backend, prefill)`);
 `part(kind, name)` is one of the kind's other parts (the simulated pair's loader and its load-time checks, its
-decisions block and notes, its default calibration profile, its memory check), for the modules that check a
-config, load a session or build a record.
+decisions block and notes, its default calibration profile, its memory check, the stand-in datastore it gives a
+REST run that names none), for the modules that check a config, load a session or build a record.
 
 Knows nothing of models, configs or strategies.
 """
@@ -31,12 +31,13 @@ class BackendKind:
 BACKENDS: dict[str, BackendKind] = {
     "hf": BackendKind("hf", "ouroboros.backends.hf:HFEngine"),
     "sim": BackendKind("sim", "simulators.serving:SimEngine", {
-        "pair": "simulators:make_pair",                          # (model, hardware, sim, seed) -> the pair
+        "pair": "simulators:make_pair",                          # (model, hardware, sim, seed, rest_stand_in) -> pair
         "decisions": "simulators.trust:record_decisions",        # (sim, strategy, dataset) -> a record's `decisions`
         "serving_fit": "simulators.pair:check_serving_fit",      # a served point's weights + KV caches fit
         "setup": "simulators.pair:pair_setup",                   # (model, hardware, sim): load-time checks, no tokens
         "default_profile": "simulators.trust:with_default_profile",   # the dataset task's calibration profile
         "notes": "simulators.trust:source_notes",                # a simulated run's `note:` lines on its decisions
+        "rest_stand_in": "simulators.stand_in:rest_stand_in",    # (sim, model) -> REST's datastore if a run has none
     }),
 }
 
