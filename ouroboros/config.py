@@ -38,7 +38,15 @@ from ouroboros.datasets import load_records
 from ouroboros.paths import check_writable
 from ouroboros.sampling import SamplingConfig
 from ouroboros.serving.load import check_prefill, check_rate, check_shared_pool, check_simulated
-from ouroboros.strategies import check_files, default_params, get_spec, is_peer, make_config
+from ouroboros.strategies import (
+    NO_DATASTORE,
+    check_files,
+    default_params,
+    get_spec,
+    is_peer,
+    make_config,
+    needs_stand_in,
+)
 
 # conf/config.yaml puts runs/conf (your own presets, e.g. the tuner's) on Hydra's search path; where you run without
 # one, Hydra's "path=runs/conf is not available" warning says nothing you need to act on
@@ -281,6 +289,12 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
         raise OuroborosError("backend=sim needs a hardware profile (e.g. hardware=a800x2)")
     if kind == "sim":
         check_sim(run)
+    if needs_stand_in(run.strategy.name, run.strategy.params):
+        if kind != "sim":
+            raise OuroborosError(NO_DATASTORE)
+        if run.sim.get("tokens", "surrogate") not in ("surrogate", "iid"):
+            raise OuroborosError(f"rest with sim.tokens={run.sim['tokens']} needs strategy.params.datastore=PATH in "
+                                 "the ids its tokens are decided in: the simulator's stand-in is in the surrogate's")
     if kind == "hf" and run.model.get("kind") in SIM_MODEL_KINDS:
         raise OuroborosError(f"model kind {run.model['kind']!r} is a simulator profile: use backend=sim")
     if kind == "hf":
@@ -382,6 +396,8 @@ def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
                    "pick one with hardware=<a100|a800x2|h100|h200>")
     if run.backend_kind == "sim":
         out += registry.part("sim", "notes")(run.sim, run.model, run.dataset, keys)
+        if needs_stand_in(run.strategy.name, run.strategy.params):
+            out.append(registry.part("sim", "rest_stand_in")(run.sim, run.model).note(run.sim))
     return out
 
 

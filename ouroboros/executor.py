@@ -40,7 +40,7 @@ from ouroboros.point import (
     request_id,
 )
 from ouroboros.record import Record
-from ouroboros.session import Session, open_session, pair_key, stock_models
+from ouroboros.session import Session, open_session, pair_key, proposer_params, stock_models
 from ouroboros.sinks import RecordFile, WandbMirror, summary_line
 from ouroboros.store import FileStore, RecordStore
 from ouroboros.strategies import check_lengths, check_trees, get_spec, is_peer
@@ -217,7 +217,7 @@ class Executor:
             target, draft = stock_models(sess)
             return PeerRunner(run.strategy.name, dict(run.strategy.params), target, draft, sess.eos_ids,
                               point.label, run.sampling)
-        return StrategyRunner(StrategyRun(run.strategy.name, dict(run.strategy.params), point.label), sess.target,
+        return StrategyRunner(StrategyRun(run.strategy.name, proposer_params(run), point.label), sess.target,
                               sess.draft, sess.eos_ids, run.sampling)
 
     def _finished(self, pid: str) -> dict[str, PromptResult]:
@@ -259,7 +259,7 @@ class Executor:
         draft = sess.draft if get_spec(run.strategy.name).needs_draft_model else None
 
         def slots():
-            return slot_factory(sess.target, draft, run.strategy.name, dict(run.strategy.params), sv.load_aware,
+            return slot_factory(sess.target, draft, run.strategy.name, proposer_params(run), sv.load_aware,
                                 sv.max_draft, sv.shared_pool)
         if run.warmup:   # one short request on a throw-away slot: allocations and kernel choice off the clock
             serve([Request(reqs[0].prompt, min(WARMUP_TOKENS, reqs[0].budget), "warmup")], Load(1),

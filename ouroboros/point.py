@@ -20,7 +20,7 @@ from ouroboros.config import RunConfig, point_id, point_key, strategy_params
 from ouroboros.divergence import divergences
 from ouroboros.metrics import RunResult, speedup, speedup_mean_speed, step_dict
 from ouroboros.record import SCHEMA_VERSION, Record
-from ouroboros.session import Session, effective_budgets, versions
+from ouroboros.session import Session, effective_budgets, stand_in, versions
 from ouroboros.strategies import get_spec
 
 
@@ -114,8 +114,12 @@ def sampled_text(run: RunConfig) -> str:
 
 
 def sim_decisions(run: RunConfig) -> dict[str, Any]:
-    """A simulated record's `decisions`: where its tokens come from and its strategy's measured error band."""
-    return registry.part("sim", "decisions")(run.sim, run.strategy.name, run.dataset)
+    """A simulated record's `decisions`: where its tokens come from and its strategy's measured error band; a REST
+    point on the simulator's stand-in datastore says so (`rest_datastore`)."""
+    out = registry.part("sim", "decisions")(run.sim, run.strategy.name, run.dataset)
+    if stand_in(run):
+        out["rest_datastore"] = registry.part("sim", "rest_stand_in")(run.sim, run.model).record(run.sim)
+    return dict(out)
 
 
 def serving_speedup(baseline: RunResult, result: RunResult) -> float:

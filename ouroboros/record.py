@@ -9,7 +9,7 @@ know is kept in `extra` (and written back by `to_json`), a key an older record l
 The nested parts stay plain data: `totals` is `RunResult.totals()` and each of `prompts` is
 `PromptResult.summary()` plus the output (ouroboros.metrics defines every figure in them); `serving` is the served
 point's summary (ouroboros.batch); `decisions` names a simulated point's token source and error band
-(simulators.trust).
+(simulators.trust), and a REST point's stand-in datastore if it ran on one (`rest_datastore`: simulators.stand_in).
 
 Knows nothing of models, Hydra, sinks or how a record is measured.
 """

@@ -23,6 +23,7 @@ from ouroboros.backends import registry
 from ouroboros.backends.base import Backend, OuroborosError
 from ouroboros.config import RunConfig
 from ouroboros.datasets import Prompt, fit_context, load_prompts
+from ouroboros.strategies import needs_stand_in
 
 
 @dataclass
@@ -39,16 +40,33 @@ class Session:
 
 
 def pair_key(run: RunConfig) -> str:
-    """What makes two runs share a loaded pair: model, backend settings, simulated hardware, seed."""
-    sim = [run.hardware, run.sim] if run.backend_kind == "sim" else None
+    """What makes two runs share a loaded pair: model, backend settings, simulated hardware, seed; a simulated REST
+    point on the stand-in gets a pair of its own (its target may know the stand-in's text: simulators/stand_in.py)."""
+    sim = [run.hardware, run.sim] + (["rest stand-in"] if stand_in(run) else []) if run.backend_kind == "sim" else None
     return json.dumps([run.model, dataclasses.asdict(run.backend), run.backend_kind, sim, run.seed], sort_keys=True,
                       default=str)
+
+
+def stand_in(run: RunConfig) -> bool:
+    """A simulated REST point with no datastore: it retrieves from the simulator's stand-in (registry part
+    `rest_stand_in`); the record keeps its params as given and says so in `decisions`."""
+    return run.backend_kind == "sim" and needs_stand_in(run.strategy.name, run.strategy.params)
+
+
+def proposer_params(run: RunConfig) -> dict[str, Any]:
+    """The strategy's params as its proposer gets them: the stand-in's file as a REST point's datastore, if it runs
+    on the stand-in."""
+    params = dict(run.strategy.params)
+    if stand_in(run):
+        params["datastore"] = registry.part("sim", "rest_stand_in")(run.sim, run.model).path
+    return params
 
 
 def load_backends(run: RunConfig) -> tuple[Backend, Backend | None, Any, tuple[int, ...], Any]:
     """(target, draft, tokenizer, eos_ids, sim pair or None) for the run's backend."""
     if run.backend_kind == "sim":
-        pair = registry.part("sim", "pair")(run.model, run.hardware or {}, run.sim, seed=run.seed)
+        pair = registry.part("sim", "pair")(run.model, run.hardware or {}, run.sim, seed=run.seed,
+                                            rest_stand_in=stand_in(run))
         return pair.target, pair.draft, pair.tokenizer, tuple(pair.eos_ids), pair
     import torch
 

@@ -12,7 +12,7 @@ from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.decode import decode
 from ouroboros.rest_datastore import Datastore, continuation_tree, main, suffix_array
-from ouroboros.strategies import build_proposer
+from ouroboros.strategies import NO_DATASTORE, build_proposer
 
 
 def test_golden_suffix_array():
@@ -99,8 +99,11 @@ def test_builder_command_and_errors(tmp_path, capsys):
 
 def test_config_and_vocabulary_errors(tmp_path):
     target = HFBackend(get_model("llama"))
-    with pytest.raises(OuroborosError, match="exactly one"):
+    with pytest.raises(OuroborosError) as e:   # no datastore: only the simulator has one (tests/test_sim_stand_in.py)
         build_proposer("rest", {}, target)
+    assert str(e.value) == NO_DATASTORE and "strategy.params.datastore=PATH" in NO_DATASTORE
+    with pytest.raises(OuroborosError, match="not both"):
+        build_proposer("rest", {"datastore": str(tmp_path / "ds.npz"), "corpus": [1, 2]}, target)
     with pytest.raises(OuroborosError, match="vocabulary"):
         build_proposer("rest", {"corpus": [1, 2, 999]}, target)
 

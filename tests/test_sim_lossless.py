@@ -11,6 +11,8 @@ from strategy_params import PARAMS
 from ouroboros.decode import decode
 from ouroboros.strategies import REGISTRY, build_proposer
 from simulators import make_pair
+from simulators.simconfig import CORPORA
+from simulators.stand_in import rest_stand_in
 
 MODEL = yaml.safe_load(open("conf/model/yi34b_6b.yaml"))
 HW = yaml.safe_load(open("conf/hardware/a800x2.yaml"))
@@ -101,6 +103,27 @@ def test_sim_token_identical_to_reference(name, data):
     assert res.output == expected
     assert sum(r.new_tokens for r in res.steps) == res.new_tokens
     assert res.elapsed_s > 0 or len(prompt) == 1 and max_new == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_rest_on_the_stand_in_is_token_identical_to_reference(data):
+    """REST given no datastore on the simulator retrieves from the stand-in (simulators/stand_in.py), on a pair built
+    for it: its target knows the stand-in's text where sim.recall is on and sim.recall_text is not set."""
+    sim = {**data.draw(sim_setups(), label="sim"), "corpus": data.draw(st.sampled_from(CORPORA), label="corpus")}
+    pair = make_pair(MODEL, HW, sim, seed=data.draw(st.integers(0, 3), label="seed"), rest_stand_in=True)
+    stand_in = rest_stand_in(sim, MODEL)
+    knows = bool(sim["recall"]) and not sim["recall_text"]
+    assert (pair.target.lm.memory is stand_in.datastore) == knows
+    params = {k: v for k, v in data.draw(PARAMS["rest"], label="params").items() if k != "corpus"}
+    prompt = pair.default_prompts(1, data.draw(st.integers(0, 1000), label="pseed"))[0].ids
+    prompt = prompt[: data.draw(st.integers(1, len(prompt)), label="cut")]
+    max_new = data.draw(st.integers(1, 80), label="max_new")
+    expected = reference_greedy_lm(pair.target.lm, prompt, max_new)
+    proposer = build_proposer("rest", {**params, "datastore": stand_in.path}, pair.target)
+    res = decode(pair.target, proposer, prompt, max_new)
+    assert res.output == expected
+    assert res.proposer_stats["accepted:datastore"] == sum(r.accepted for r in res.steps)
 
 
 def test_context_full_stops_cleanly():

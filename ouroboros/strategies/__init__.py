@@ -23,7 +23,7 @@ from ouroboros.strategies.lookahead import LookaheadConfig, LookaheadProposer
 from ouroboros.strategies.ouroboros import OuroborosConfig, OuroborosProposer
 from ouroboros.strategies.pld import PLDConfig, PLDProposer
 from ouroboros.strategies.recycling import RecyclingConfig, RecyclingProposer
-from ouroboros.strategies.rest import RestConfig, RestProposer
+from ouroboros.strategies.rest import NO_DATASTORE, RestConfig, RestProposer
 from ouroboros.strategies.speculative import SpeculativeConfig, SpeculativeProposer
 from ouroboros.strategies.suffix import SuffixConfig, SuffixProposer
 from ouroboros.strategies.vanilla import VanillaConfig, VanillaProposer
@@ -148,6 +148,12 @@ def check_files(name: str, params: dict[str, Any] | None) -> None:
         cfg.check_files()
 
 
+def needs_stand_in(name: str, params: dict[str, Any] | None) -> bool:
+    """REST with neither a datastore nor an inline corpus: only the simulator has one to give it (its stand-in);
+    a real backend refuses it (`NO_DATASTORE`)."""
+    return name == "rest" and not (params or {}).get("datastore") and not (params or {}).get("corpus")
+
+
 # params that size a draft, window or tree in tokens: none can reach the model context
 LENGTH_PARAMS = ("gamma", "horizontal", "max_ngram", "min_ngram", "num_pred_tokens", "W", "N", "G", "K",
                  "max_suffix", "min_suffix", "depth", "num_nodes")
@@ -182,5 +188,6 @@ def build_proposer(name: str, params: dict[str, Any] | None, target: Backend, dr
     return spec.proposer(cfg, target, draft)
 
 
-__all__ = ["PEERS", "REGISTRY", "ChecksFiles", "DecodeState", "Proposer", "build_proposer", "check_files",
-           "check_trees", "check_type", "default_params", "field_types", "get_spec", "is_peer", "make_config"]
+__all__ = ["NO_DATASTORE", "PEERS", "REGISTRY", "ChecksFiles", "DecodeState", "Proposer", "build_proposer",
+           "check_files", "check_trees", "check_type", "default_params", "field_types", "get_spec", "is_peer",
+           "make_config", "needs_stand_in"]

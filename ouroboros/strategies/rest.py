@@ -3,7 +3,9 @@ context (up to max_suffix tokens) is looked up in a datastore; the continuations
 merged into a count trie and the num_nodes most frequent nodes become the draft tree (source "datastore").
 
 The datastore comes from a file built by `python -m ouroboros.rest_datastore` (`datastore: path`) or, for
-tests and toy runs, from token ids given inline (`corpus: [...]`, one document).
+tests and toy runs, from token ids given inline (`corpus: [...]`, one document). With neither, only the simulator
+has one to give (its stand-in, put in `datastore` where the run builds the proposer: ouroboros/executor.py); a real
+backend refuses the run before any work (ouroboros/config.py, `NO_DATASTORE`).
 
 This module knows nothing of models; retrieval lives in `ouroboros/datastore.py`.
 """
@@ -21,10 +23,13 @@ from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 from ouroboros.strategies.stats import PoolUse
 from ouroboros.verify import Verdict
 
+NO_DATASTORE = ("rest needs a datastore: strategy=rest strategy.params.datastore=PATH (a .npz built by `python -m "
+                "ouroboros.rest_datastore`; in a sweep too); only backend=sim has a stand-in of its own")
+
 
 @dataclass
 class RestConfig:
-    datastore: str | None = None     # .npz from `python -m ouroboros.rest_datastore`
+    datastore: str | None = None     # .npz from `python -m ouroboros.rest_datastore` (none: backend=sim's stand-in)
     corpus: list[int] = field(default_factory=list)  # or inline token ids (one document)
     max_suffix: int = 16             # longest context suffix tried (REST matches suffixes of up to 16 tokens)
     min_suffix: int = 1
@@ -33,8 +38,8 @@ class RestConfig:
     max_occurrences: int = 256       # occurrences whose continuations are counted
 
     def __post_init__(self) -> None:
-        if bool(self.datastore) == bool(self.corpus):
-            raise OuroborosError("rest needs exactly one of datastore (a .npz path) or corpus (token ids)")
+        if self.datastore and self.corpus:
+            raise OuroborosError("rest takes one of datastore (a .npz path) or corpus (token ids), not both")
         if not 1 <= self.min_suffix <= self.max_suffix:
             raise OuroborosError(f"rest needs 1 <= min_suffix <= max_suffix, got {self.min_suffix}, {self.max_suffix}")
         if self.depth < 1 or self.num_nodes < 1 or self.max_occurrences < 1:
@@ -57,6 +62,8 @@ class RestProposer(ModelFreeProposer):
 
     def __init__(self, cfg: RestConfig, target: Backend | None = None, draft=None):
         super().__init__()
+        if not cfg.datastore and not cfg.corpus:
+            raise OuroborosError(NO_DATASTORE)
         self.cfg = cfg
         self.ds = _load(cfg.datastore) if cfg.datastore else Datastore.build([list(cfg.corpus)])
         if target is not None and self.ds.max_token >= target.vocab_size:
