@@ -118,7 +118,7 @@ def test_impossible_combinations_get_one_line(overrides, needle):
     assert needle in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("preset,n_points", [("single", 2), ("compare", 8), ("gamma", 15), ("k", 8), ("wn", 13),
+@pytest.mark.parametrize("preset,n_points", [("single", 2), ("compare", 9), ("gamma", 15), ("k", 8), ("wn", 13),
                                              ("grid27", 28), ("ablation", 6), ("genlen", 8)])
 def test_every_preset_plans_valid_points(preset, n_points):
     ovr = [*SMALL, f"sweep={preset}"]

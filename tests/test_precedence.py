@@ -85,7 +85,7 @@ def test_compare_keeps_typed_params_where_the_strategy_has_them():
     points, _ = planned(*SIM, "hardware=a800x2", "strategy.params.gamma=6", "sweep=compare")
     gammas = {p.run.strategy.name: p.run.strategy.params.get("gamma") for p in points}
     assert gammas == {"vanilla": None, "speculative": 6, "pld": None, "lookahead": None, "cascade": 6,
-                      "ouroboros": 6, "suffix": None, "recycling": None}
+                      "ouroboros": 6, "rest": None, "suffix": None, "recycling": None}
 
 
 def test_default_hardware_is_noted_typed_is_not():
