@@ -132,6 +132,18 @@ class SharesPool(Protocol):
     def use_pool(self, pool: Any) -> None: ...
 
 
+@runtime_checkable
+class ChargesHost(Protocol):
+    """A backend whose modelled clock charges a strategy's host (Python) time per step, as measured on a real
+    backend (the simulator's, simulators/host.py); a wall clock needs none: it sees that time. `host_timed(strategy,
+    proposer)`: the proposer the loop runs (charged per step where a measurement exists); `host_note(strategies,
+    served)`: one line saying which strategies are charged and which not (`served`: those run under
+    serve.concurrency)."""
+
+    def host_timed(self, strategy: str, proposer: Proposer) -> Proposer: ...
+    def host_note(self, strategies: list[str], served: list[str]) -> str: ...
+
+
 class Verifier(Protocol):
     """A verification rule: `(draft, scores, state) -> Verdict` (the accepted root-to-leaf path + bonus token)."""
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 
 from ouroboros.config import RunConfig, strategy_params
+from ouroboros.contracts import ChargesHost
 from ouroboros.harness import (
     WARMUP_TOKENS,
     Job,
@@ -81,10 +82,14 @@ class Executor:
         """Before anything is measured: load each unfinished point's models and refuse a strategy that would give
         a token tree to a model that scores chains only (one line naming the model type and the reason)."""
         self._plan_wall_clock(points)
+        hosts: dict[int, tuple[ChargesHost, dict[str, bool]]] = {}   # modelled clocks: strategy -> served?
         for p in points:
             if self._done(p.id) is None:
                 sess = self.session(p.run)
                 name = p.run.strategy.name
+                if isinstance(sess.target, ChargesHost) and not is_peer(name):
+                    served = hosts.setdefault(id(sess.target), (sess.target, {}))[1]
+                    served[name] = served.get(name, True) and bool(p.run.serve.concurrency)
                 if is_peer(name):
                     from ouroboros.peers import check_peer_models
 
@@ -99,6 +104,10 @@ class Executor:
                     check_serving_memory(p, sess, p.budgets(sess))
                 if p.run.serve.concurrency >= 2 and sess.backend == "hf":
                     check_batching(p, sess)
+        for target, served in hosts.values():   # what the modelled clock charges of the strategies' host time
+            note = target.host_note(list(served), [k for k, v in served.items() if v])
+            if note not in self.notes:
+                self.notes.append(note)
         for note in self.notes:   # after every check: a bad input stays one error line
             print(f"note: {note}", file=sys.stderr)
         self.notes = []

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from tqdm.auto import tqdm
 
 from ouroboros.backends.base import Backend
+from ouroboros.contracts import ChargesHost
 from ouroboros.decode import Verifier, decode, greedy_verifier
 from ouroboros.metrics import PromptResult, RunResult
 from ouroboros.sampling import SamplingConfig, SamplingVerifier
@@ -63,8 +64,9 @@ class StrategyRunner:
         self.label = run.display
         self.target, self.eos_ids = target, tuple(eos_ids)
         self.verifier = verifier_for(sampling)
-        self.proposer = build_proposer(run.name, run.params, target,
-                                       draft if get_spec(run.name).needs_draft_model else None)
+        proposer = build_proposer(run.name, run.params, target, draft if get_spec(run.name).needs_draft_model else None)
+        # a modelled clock charges the strategy's measured host time per step (simulators/host.py)
+        self.proposer = target.host_timed(run.name, proposer) if isinstance(target, ChargesHost) else proposer
 
     def warm_up(self, prompt: Sequence[int], budget: int) -> None:
         decode(self.target, self.proposer, list(prompt), min(WARMUP_TOKENS, budget), self.eos_ids,

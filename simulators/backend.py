@@ -13,6 +13,8 @@
   proposer reads the top level's W predictions of W·(N-1) probes). The clock still charges every node.
 - `ProxyBackend`: any real backend decides the tokens (e.g. a small `hf` pair), the clock charges another
   model's cost (e.g. the large pair on an H100).
+- Both charge a strategy's measured host time per step where the hardware profile has it (`HostCharging`,
+  simulators/host.py; make_pair sets `host`).
 
 The sequence bookkeeping (tokens, cache length, the score -> commit order, rollback) is the core's
 `SequenceBackend`, shared with the hf backend; `fresh()` gives a batch slot its own backend on the same model
@@ -30,6 +32,7 @@ from ouroboros.backends.base import BackendWrapper, OuroborosError, Scores, Sequ
 from ouroboros.contracts import Servable
 from ouroboros.draft import Draft
 from simulators.cost_model import CostModel
+from simulators.host import HostCharging
 from simulators.surrogate import NGramLM, TokenModel
 
 RUNNER_UP = -1e30   # logit of the surrogate's first runner-up (the next: 2 x it, ...): a rank, no probability
@@ -138,7 +141,7 @@ for _name in _MATERIALISING:
     setattr(LazyPreds, _name, _materialising(_name))
 
 
-class SimBackend(SequenceBackend):
+class SimBackend(HostCharging, SequenceBackend):
     kind = "sim"   # the backend registry's key (ouroboros/backends/registry.py)
 
     def __init__(self, lm: TokenModel, cost: CostModel, clock: SimClock, max_context: int = 4096,
@@ -223,7 +226,7 @@ class SimBackend(SequenceBackend):
             states.append(st)
 
 
-class ProxyBackend(BackendWrapper):
+class ProxyBackend(HostCharging, BackendWrapper):
     """A real backend decides the tokens; the simulated clock charges `cost` for each of its forwards."""
 
     kind = "sim"   # its clock is the simulator's

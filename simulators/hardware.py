@@ -2,7 +2,9 @@
 placed on it. Built from the plain dict of a `conf/hardware/<name>.yaml` file.
 
 Units: bytes/s and FLOP/s per device (peak, from spec sheets), efficiency factors in [0, 1] (the fraction
-of peak a batch-1 forward reaches), seconds for overheads. Every profile names its source.
+of peak a batch-1 forward reaches), seconds for overheads. Every profile names its source. A profile measured on a
+machine may also hold fitted cost models (`costs:`) and the proposers' host time per step (`proposer_costs:`,
+simulators/host.py), each with its provenance.
 
 This module knows nothing of models, tokens or strategies.
 """
@@ -15,6 +17,7 @@ from typing import Any
 from ouroboros.backends.base import OuroborosError
 from ouroboros.checks import check_range
 from ouroboros.strategies import check_type
+from simulators.host import parse_costs
 
 PLACEMENTS = ("single", "pipeline", "tensor")
 ATTENTION = ("fused", "eager")
@@ -41,6 +44,8 @@ class Hardware:
     runtime_gb: float = 1.5         # memory per device taken by the runtime (CUDA context, allocator, activations)
     source: str = ""
     costs: dict[str, dict[str, Any]] | None = None  # fitted cost models by model name (simulators calibrate clock)
+    # host seconds per decode step by target model name and strategy (simulators calibrate proposers; host.py)
+    proposer_costs: dict[str, dict[str, Any]] | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Hardware:
@@ -88,6 +93,7 @@ class Hardware:
         if self.placement != "single" and self.devices > 1 and self.link_gb_s <= 0:
             raise OuroborosError(f"hardware {n!r}: {self.placement} placement over {self.devices} devices "
                                  "needs link_gb_s > 0")
+        parse_costs(n, self.proposer_costs)
 
     @property
     def usable_bytes(self) -> float:

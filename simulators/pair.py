@@ -5,7 +5,8 @@ Cost (which seconds each forward is charged), in order of precedence:
   1. sim.t_target_s / sim.t_draft_s: a user's measured single-token forward times (t_T, t_S); the shape in k
      and ctx comes from the spec-sheet model unless sim.shape == "flat";
   2. hardware.costs[<model name>]: a fitted cost model written by `python -m simulators calibrate clock`;
-  3. the spec-sheet roofline (`cost_model.from_spec`) of the model profile on the hardware profile.
+  3. the spec-sheet roofline (`cost_model.from_spec`) of the model profile on the hardware profile;
+plus, per decode step, the strategy's host time where hardware.proposer_costs has the pair's target (host.py).
 Tokens (sim.tokens): `surrogate` (n-gram target + bursty draft), `iid` (draft agrees with probability
 sim.alpha, i.i.d.), `replay` (sim.trace: a trace recorded by `simulators.replay`), `proxy` (sim.proxy_model:
 a real pair loaded by `ouroboros.models.load_pair` decides the tokens).
@@ -24,6 +25,7 @@ from ouroboros.datasets import Prompt
 from simulators.backend import ProxyBackend, SimBackend, SimClock
 from simulators.cost_model import CostModel, check_fits, from_spec, scaled_to
 from simulators.hardware import Hardware
+from simulators.host import HostCharging, HostTimes, check_strategies
 from simulators.profiles import PairProfile
 from simulators.simconfig import SimConfig
 from simulators.stand_in import rest_stand_in as stand_in
@@ -93,6 +95,7 @@ def pair_setup(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, A
         raise OuroborosError(f"sim profile was fitted for pair {opts.pair!r}, not for model {prof.name!r} (its "
                              f"profiles: {own}); set sim.pair=null to force it")
     hw = Hardware.from_dict(hardware)
+    check_strategies(hw.name, hw.proposer_costs)
     if opts.placement or opts.devices:
         hw = hw.with_placement(opts.placement, opts.devices)
     check_fits(prof.target, prof.draft, hw, opts.dtype, opts.ctx)
@@ -142,6 +145,14 @@ def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, An
     """`rest_stand_in`: the pair serves a REST run on the simulator's stand-in datastore (simulators/stand_in.py);
     with sim.recall on and no sim.recall_text its target knows the stand-in's text."""
     opts, prof, hw, costs = pair_setup(model, hardware, sim)
+    pair = _make_pair(opts, prof, hw, costs, model, seed, rest_stand_in)
+    if isinstance(pair.target, HostCharging):   # the strategies' measured host time, charged per step (host.py)
+        pair.target.host = HostTimes.of(hw, prof.target.name)
+    return pair
+
+
+def _make_pair(opts: SimConfig, prof: PairProfile, hw: Hardware, costs: dict[str, CostModel], model: dict[str, Any],
+               seed: int, rest_stand_in: bool) -> SimPair:
     clock = SimClock()
     kind = opts.tokens
     if kind in ("surrogate", "iid"):

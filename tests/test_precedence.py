@@ -30,8 +30,10 @@ def planned(*overrides: str) -> tuple[list, list[str]]:
 
 
 def other_notes(err: str) -> list[str]:
-    """stderr's lines but the decisions' source (tests/test_sim_trust.py checks that one)."""
-    return [ln for ln in err.strip().splitlines() if not ln.startswith("note: decisions:")]
+    """stderr's lines but the decisions' source and the proposers' host time (tests/test_sim_trust.py and
+    tests/test_sim_host.py check those)."""
+    return [ln for ln in err.strip().splitlines()
+            if not ln.startswith(("note: decisions:", "note: proposer host time:"))]
 
 
 def test_typed_max_new_tokens_beats_the_datasets_budget(tmp_path):
