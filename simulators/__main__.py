@@ -2,6 +2,8 @@
 
 calibrate (writes profiles):
   clock       time a real backend over k x ctx, fit the cost model, write a hardware profile (calibration/cost.py)
+  proposers   a real run's recorded steps -> the proposers' host time per step in its hardware profile
+              (calibration/proposers.py)
   measured    a pair's vanilla + SpS figures -> one sim profile per task (calibration/measured.py)
   paper       `measured` on the Yi-34B/6B paper figures (conf/calibration/yi34b_6b_a800x2.yaml)
   decisions   a sim profile fitted to a real pair's recorded decisions (calibration/decisions.py)
@@ -24,7 +26,7 @@ import sys
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import cli
 from simulators import bench, write_options
-from simulators.calibration import bands, cost, measured, prior
+from simulators.calibration import bands, cost, measured, prior, proposers
 from simulators.calibration import decisions as fit_decisions
 from simulators.checks import clock, paper
 from simulators.checks import decisions as check_decisions
@@ -32,6 +34,8 @@ from simulators.checks import decisions as check_decisions
 # (job, what it does, add its flags, run it); the module's docstring is the job's --help description
 CALIBRATE = (
     ("clock", "time a real backend and fit the hardware clock (cost model)", cost.add_args, cost.main),
+    ("proposers", "the proposers' host time per step, fitted to a real run's records", proposers.add_args,
+     proposers.main),
     ("measured", "a profile per task from a pair's vanilla + SpS figures", measured.add_args, measured.main),
     ("paper", "the Yi-34B/6B profiles from the paper's figures", measured.add_args, measured.paper_main),
     ("decisions", "a profile fitted to a real pair's recorded decisions", fit_decisions.add_args, fit_decisions.main),
