@@ -40,6 +40,7 @@ from ouroboros.decode import decode
 from ouroboros.harness import Job, StrategyRun, StrategyRunner, run_interleaved
 from ouroboros.metrics import PromptResult
 from ouroboros.strategies import build_proposer, get_spec
+from simulators.host import HostCharging
 from simulators.pair import make_pair
 from simulators.profiles import load_conf
 from simulators.replay import WARMUP_TOKENS, load_trace, save_trace, trace_name, trace_prompts, warm_up
@@ -55,6 +56,7 @@ class Compared:
     sim_decode_s: float
     same_outputs: int
     misses: int
+    host_note: str = ""   # what the modelled clock charged of the strategy's host time (simulators/host.py)
 
     @property
     def err(self) -> float:
@@ -164,8 +166,10 @@ def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:
         sim = make_pair(model, hw, {"tokens": "replay", "trace": tpath})
         prompts: list[Prompt] = trace_prompts(load_trace(tpath))
         name, params = rows[0]["name"], rows[0]["params"]
-        proposer = build_proposer(name, params, sim.target,
-                                  sim.draft if get_spec(name).needs_draft_model else None)
+        draft = sim.draft if get_spec(name).needs_draft_model else None
+        assert isinstance(sim.target, HostCharging)
+        # the clock charges the strategy's host time too, where the profile measured it (simulators/host.py)
+        proposer = sim.target.host_timed(name, build_proposer(name, params, sim.target, draft))
         by_id = {p.id: p for p in prompts}
         warm_up(sim, proposer, by_id[rows[0]["prompt_id"]].ids)  # as recorded: stateful proposers carry it
         sims = []
@@ -178,7 +182,8 @@ def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:
             run=label, prompts=len(rows),
             real_s=sum(r["elapsed_s"] for r in rows), real_decode_s=sum(r["elapsed_s"] - r["prefill_s"] for r in rows),
             sim_s=sum(s.elapsed_s for s in sims), sim_decode_s=sum(s.elapsed_s - s.prefill_s for s in sims),
-            same_outputs=sum(s.output == r["output"] for s, r in zip(sims, rows, strict=True)), misses=misses))
+            same_outputs=sum(s.output == r["output"] for s, r in zip(sims, rows, strict=True)), misses=misses,
+            host_note=sim.target.host_note([name], [])))
     return out
 
 
@@ -308,6 +313,7 @@ def table(rows: list[Compared], hardware: str) -> str:
         worst = max(rows, key=lambda c: abs(c.err))
         lines.append(f"worst total error {worst.err:+.1%} ({worst.run}); worst decode-only error "
                      f"{max(abs(c.decode_err) for c in rows):.1%}")
+    lines += list(dict.fromkeys(c.host_note for c in rows if c.host_note))
     return "\n".join(lines)
 
 
