@@ -76,5 +76,5 @@ def test_sigterm_is_one_line_and_exit_130(tmp_path):
     _, err = proc.communicate(timeout=120)
     n = len([r for r in map(json.loads, out.read_bytes().splitlines()) if "point_id" in r])
     assert proc.returncode == 130 and n < 8, err[-2000:]
-    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("note: decisions:")]   # the sim's source
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("note: ")]   # the sim's notes (source, ...)
     assert lines == [f"interrupted: {n} point{'s' if n != 1 else ''} recorded, rerun to resume"]
