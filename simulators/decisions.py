@@ -35,7 +35,7 @@ from ouroboros.metrics import PromptResult, RunResult, pool_rates
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.pair import make_pair
 from simulators.profiles import load_conf
-from simulators.replay import load_trace, trace_name, trace_prompts, warm_up
+from simulators.replay import WARMUP_TOKENS, load_trace, trace_name, trace_prompts, warm_up
 
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
 SIM_SEEDS = 3                    # the simulated side pools its prompt results over this many surrogate seeds: a
@@ -59,6 +59,7 @@ class RealRun:
     unrecorded: dict[str, int] = field(default_factory=dict)     # prompt id -> contexts the replay asked, not recorded
     # how the recorded prompts were rendered (chat, template); recordings that do not say it used bare prompts
     prompt_format: dict[str, Any] = field(default_factory=lambda: dict(BARE_PROMPTS))
+    warmup: int = WARMUP_TOKENS    # the real run's warm-up decode of its first prompt (a sweep's: the harness's)
 
 
 def folders(root: str) -> list[str]:
@@ -90,7 +91,7 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
             proposer = build_proposer(name, params, sim.target, sim.draft if get_spec(name).needs_draft_model else None)
             run = runs.setdefault(label, RealRun(label, name, params, rs[0]["budget"],
                                                  prompt_format=rs[0].get("prompt_format") or dict(BARE_PROMPTS)))
-            warm_up(sim, proposer, by_id[rs[0]["prompt_id"]].ids)
+            warm_up(sim, proposer, by_id[rs[0]["prompt_id"]].ids, run.warmup)
             lms = (sim.target.lm, sim.draft.lm)  # type: ignore[attr-defined]
             for r in rs:
                 p = by_id[r["prompt_id"]]
@@ -106,6 +107,81 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
                 run.prompts.append(list(p.ids))
                 run.groups.append(g)
     return runs
+
+
+def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None, tokenizer_dir: str | None = None,
+               prompts=None) -> dict[str, RealRun]:
+    """Every real (wall-clock) point of a sweep's records file (`python -m ouroboros.sweep ... out=PATH`) on the
+    dataset kind `dataset` (None: the file must hold one), whose strategy the simulator runs (not vanilla, not the
+    hf_* peers), as RealRuns: per prompt, the point's own `prompt_result` line (steps and pool statistics; the last
+    one where a resumed point measured a prompt twice), in the sweep's prompt order; the prompts rendered again from
+    the record's dataset config with the pair's tokenizer. One proposer per point over all its prompts, warmed up as
+    the harness did: what a sweep runs (prompt by prompt, each point's state carried on). No trace is needed: the
+    real side's statistics are the recorded steps themselves. `prompts(dataset config, seed)`: how the prompts are
+    rendered again (default: `load_prompts` with the pair's tokenizer)."""
+    from ouroboros.harness import WARMUP_TOKENS as SWEEP_WARMUP
+    from ouroboros.metrics import StepRecord
+
+    if not os.path.isfile(path):
+        raise OuroborosError(f"--records {path!r}: no such file")
+    records: list[dict[str, Any]] = []
+    lines: dict[str, dict[str, dict[str, Any]]] = {}   # point id -> prompt id -> its last prompt result
+    with open(path, encoding="utf-8") as f:
+        for ln in f:
+            try:
+                rec = json.loads(ln)
+            except json.JSONDecodeError:
+                continue                       # a torn last line (a run still writing) or a damaged one
+            if rec.get("kind") == "prompt_result":
+                lines.setdefault(rec["of_point"], {})[rec["prompt"]["prompt_id"]] = rec["prompt"]
+            elif "point_id" in rec and rec.get("backend") != "sim":
+                records.append(rec)
+    kinds = sorted({r["config"]["dataset"]["kind"] for r in records})
+    if dataset is None and len(kinds) > 1:
+        raise OuroborosError(f"--records {path!r} holds real runs on {', '.join(kinds)}: name one with --dataset")
+    chosen = [r for r in records if dataset is None or r["config"]["dataset"]["kind"] == dataset]
+    chosen = [r for r in chosen if r["strategy"] != "vanilla" and not r["strategy"].startswith("hf_")]
+    if not chosen:
+        raise OuroborosError(f"--records {path!r}: no finished real point of a simulated strategy"
+                             + (f" on dataset {dataset!r}" if dataset else "") + " (vanilla and hf_* peers do "
+                             "not count; a sweep still running writes a point's record when it finishes)")
+    if prompts is None:
+        prompts = real_prompts(model, tokenizer_dir)
+    runs: dict[str, RealRun] = {}
+    prompts_of: dict[str, list[Any]] = {}
+    for rec in chosen:   # the last record of a point wins (a re-measured point)
+        cfg = rec["config"]
+        key = json.dumps(cfg["dataset"], sort_keys=True)
+        if key not in prompts_of:
+            prompts_of[key] = prompts(cfg["dataset"], int(cfg.get("seed", 0)))
+        done = lines.get(rec["point_id"], {})
+        ps = [p for p in prompts_of[key] if p.id in done]
+        if not ps:
+            continue
+        budget = int(rec["max_new_tokens"])
+        run = RealRun(rec["label"], rec["strategy"], dict(rec["params"]), budget,
+                      prompt_format={k: cfg["dataset"].get(k) for k in ("chat", "template") if k in cfg["dataset"]},
+                      warmup=min(SWEEP_WARMUP, budget) if cfg.get("warmup", True) else 0)
+        for p in ps:
+            d = done[p.id]
+            run.results.append(PromptResult(d["prompt_id"], d["prompt_len"], list(d["output"]), d["elapsed_s"],
+                                            d["prefill_s"], d["stop_reason"],
+                                            [StepRecord(**s) for s in d["steps"]], dict(d["proposer_stats"])))
+            run.prompts.append(list(p.ids))
+            run.groups.append(0)
+        runs[rec["label"]] = run
+    return runs
+
+
+def real_prompts(model: str, tokenizer_dir: str | None = None):
+    """(dataset config, seed) -> its prompts as a real run of the pair renders them (the pair's tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from ouroboros.datasets import load_prompts
+    from simulators.tokens import real_tokenizer_dir
+
+    tok = AutoTokenizer.from_pretrained(str(real_tokenizer_dir(tokenizer_dir, load_conf("model", model))))
+    return lambda dataset, seed: load_prompts(dataset, tok, None, seed)
 
 
 def unrecorded_notes(real: dict[str, RealRun]) -> list[str]:
@@ -168,7 +244,8 @@ def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper
         if g not in proposers:
             proposers[g] = build_proposer(run.name, params, pair.target, pair.draft if needs else None)
             first = run.groups.index(g)  # the folder's first prompt: the real run warmed up on it
-            warm_up(pair, proposers[g], [map_id(t) for t in run.prompts[first]])
+            if run.warmup:
+                warm_up(pair, proposers[g], [map_id(t) for t in run.prompts[first]], run.warmup)
         ids = [map_id(t) for t in run.prompts[i]]
         out.append(decode(pair.target, proposers[g], ids, run.budget, pair.eos_ids, prompt_id=run.results[i].prompt_id))
         proposers[g].checkpoint()

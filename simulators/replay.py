@@ -190,10 +190,10 @@ def trace_prompts(doc: dict[str, Any]) -> list[Prompt]:
 WARMUP_TOKENS = 4
 
 
-def warm_up(pair, proposer, first_prompt: list[int]) -> None:
-    """Replay `record`'s warm-up: one WARMUP_TOKENS-token decode of the first prompt with the same proposer, whose
+def warm_up(pair, proposer, first_prompt: list[int], tokens: int = WARMUP_TOKENS) -> None:
+    """Replay `record`'s warm-up: one `tokens`-token decode of the first prompt with the same proposer, whose
     state carries its effect (a pool with history, the hf draft-length schedule), then the runner's checkpoint."""
-    decode(pair.target, proposer, first_prompt, WARMUP_TOKENS, pair.eos_ids, prompt_id="warmup")
+    decode(pair.target, proposer, first_prompt, tokens, pair.eos_ids, prompt_id="warmup")
     proposer.checkpoint()
 
 

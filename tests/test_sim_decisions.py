@@ -75,7 +75,8 @@ def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
 
 def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch):
     monkeypatch.setattr(fit, "id_mapper", lambda *a, **k: mapper)
-    a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
+    a = SimpleNamespace(dir=str(recorded), records=None, dataset=None, model="qwen_coder", name="qwen_coder_test",
+                        task="synthetic",
                         tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=3, near=0,
                         jobs=1, knobs=None)
     assert fit.main(a) == 0
@@ -99,7 +100,8 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
 
     monkeypatch.setattr(fit, "id_mapper", lambda *a, **k: mapper)
     monkeypatch.setattr(fit, "fit_profile", fake_fit)
-    a = SimpleNamespace(dir=str(recorded), model="qwen_coder", name="qwen_coder_test", task="synthetic",
+    a = SimpleNamespace(dir=str(recorded), records=None, dataset=None, model="qwen_coder", name="qwen_coder_test",
+                        task="synthetic",
                         tokenizer=None, out_dir=str(tmp_path), corpus=None, start="qwen_coder_humaneval", rounds=1,
                         near=1, jobs=1, knobs=None)
     assert fit.main(a) == 0
@@ -121,6 +123,79 @@ def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
                      ({"start": "nope"}, "unknown sim profile 'nope'")):
         with pytest.raises(OuroborosError, match=msg):
             fit.main(SimpleNamespace(**{**vars(a), "dir": str(tmp_path / "none"), **bad}))
+
+
+TINY = ["model=tiny", "model.hidden_size=64", "model.vocab_size=128", "model.eos_id=1", "backend.dtype=float64",
+        "backend=hf", "dataset=synthetic", "dataset.num_prompts=4", "max_new_tokens=12", "logger=quiet"]
+
+
+def tiny_prompts(dataset, seed):
+    from ouroboros.datasets import load_prompts
+
+    return load_prompts(dataset, None, 128, seed)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory) -> Path:
+    from hydra import compose, initialize_config_dir
+
+    from ouroboros.config import validate
+    from ouroboros.executor import make_executor
+    from ouroboros.sweep import plan, run_points
+
+    out = tmp_path_factory.mktemp("sweep") / "records.jsonl"
+    ovr = [*TINY, 'sweep.grid=["strategy=pld,speculative"]', f"out={out}"]
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=ovr, return_hydra_config=True)
+        run = validate(cfg)
+        points = plan(ovr, dict(cfg.hydra.runtime.choices), run.sweep)
+        recs = run_points(points, make_executor(run, resume=run.sweep.resume, sweep=run.sweep.name))
+    assert [r.strategy for r in recs] == ["vanilla", "pld", "speculative"]
+    return out
+
+
+def test_a_real_sweeps_records_are_the_real_side(swept):
+    """`--records`: a real sweep's points (not vanilla, not the hf peers) with their recorded steps, per prompt in the
+    sweep's order; the same statistics as the sweep's own totals, and no trace needed."""
+    import json
+
+    real = decisions.load_sweep(str(swept), dataset="synthetic", prompts=tiny_prompts)
+    assert set(real) == {"pld", "speculative"}
+    recs = {r["label"]: r for r in map(json.loads, swept.read_text().splitlines()) if r.get("kind") != "prompt_result"}
+    for label, run in real.items():
+        assert [r.prompt_id for r in run.results] == [p["prompt_id"] for p in recs[label]["prompts"]]
+        assert decisions.stats(run.results)["eta"] == pytest.approx(recs[label]["totals"]["block_efficiency"])
+        assert [len(p) for p in run.prompts] == [p["prompt_len"] for p in recs[label]["prompts"]]
+        assert run.warmup == 8 and run.groups == [0] * 4
+    rows = decisions.compare(real, {}, mapper, "eval")    # the sim side runs on them as on recorded runs
+    assert {r["run"] for r in rows} == {"pld", "speculative"} and all(r["prompts"] == 2 for r in rows)
+
+
+def test_calibrate_and_check_read_a_sweeps_records(swept, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(fit, "id_mapper", lambda *a, **k: mapper)
+    monkeypatch.setattr(decisions, "real_prompts", lambda *a, **k: tiny_prompts)
+    a = SimpleNamespace(dir=None, records=str(swept), dataset=None, model="qwen_coder", name="qwen_coder_test",
+                        task="synthetic", tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=1,
+                        near=0, jobs=1, knobs="p_top")
+    assert fit.main(a) == 0
+    prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
+    assert prof["fit"]["inputs"]["recorded_runs"] == ["pld", "speculative"] and prof["fit"]["inputs"]["prompts"] == 4
+    assert "real greedy sweep" in prof["fit"]["inputs_source"]
+    assert "--records <sweep records> --dataset synthetic" in prof["fit"]["command"]
+    for bad, msg in (({"dir": "x"}, "exactly one of --dir"), ({"records": None}, "exactly one of --dir"),
+                     ({"records": str(tmp_path / "none.jsonl")}, "no such file"),
+                     ({"dataset": "humaneval"}, "no finished real point of a simulated strategy on dataset")):
+        with pytest.raises(OuroborosError, match=msg):
+            fit.main(SimpleNamespace(**{**vars(a), **bad}))
+    monkeypatch.setattr(check, "id_mapper", lambda *a, **k: mapper)
+    capsys.readouterr()
+    assert check.main(SimpleNamespace(model="qwen_coder", dataset="synthetic", max_new_tokens=12, dir=None,
+                                      records=str(swept), sim=None, tokenizer=None)) == 0
+    out = capsys.readouterr().out
+    assert "pld [2 prompts, real/sim]: eta" in out and "speculative [2 prompts, real/sim]: eta" in out
+    with pytest.raises(OuroborosError, match="not both"):
+        check.main(SimpleNamespace(model="qwen_coder", dataset="synthetic", max_new_tokens=12, dir="x",
+                                   records=str(swept), sim=None, tokenizer=None))
 
 
 def test_a_context_answered_two_ways_is_reported_not_fatal(recorded, tmp_path):

@@ -19,6 +19,7 @@ from simulators.decisions import (
     RealRun,
     id_mapper,
     load_real,
+    load_sweep,
     sim_pooled,
     split,
     stats,
@@ -177,7 +178,11 @@ def joint_grid(knobs: tuple[str, ...], grids: dict[str, tuple[Any, ...]]) -> lis
 
 def add_args(ap) -> None:
     ap.add_argument("--out-dir", default=None, help="where profiles are written (default conf/sim/)")
-    ap.add_argument("--dir", required=True, help="recorded runs (`check clock --dir`), or a folder of them")
+    ap.add_argument("--dir", default=None, help="recorded runs (`check clock --dir`), or a folder of them")
+    ap.add_argument("--records", default=None, help="or a real sweep's records file (`python -m ouroboros.sweep ... "
+                                                    "out=PATH` on backend=hf): its points' steps, no trace needed")
+    ap.add_argument("--dataset", default=None, help="with --records: the dataset kind whose points to fit (default: "
+                                                    "--task)")
     ap.add_argument("--name", default="qwen_coder_humaneval", help="profile name: conf/sim/<name>.yaml")
     ap.add_argument("--model", default="qwen_coder", help="the real pair (conf/model/<name>.yaml)")
     ap.add_argument("--task", default="humaneval")
@@ -201,6 +206,9 @@ def main(a) -> int:
 
     from simulators.sim_profiles import check_profile_name, git_commit, load_profile, write_profile
 
+    if (a.dir is None) == (a.records is None):
+        raise OuroborosError("calibrate decisions needs exactly one of --dir (recorded runs) or --records (a real "
+                             "sweep's records file)")
     if a.rounds < 1:
         raise OuroborosError(f"--rounds must be >= 1, got {a.rounds}")
     if a.near < 0:
@@ -222,7 +230,7 @@ def main(a) -> int:
         earlier = start.get("fit") or {}
         start_fit = {"profile": a.start, **{k: earlier[k] for k in ("command", "commit") if k in earlier}}
     base["corpus"] = a.corpus or base.get("corpus") or task_corpus(a.task)
-    real = load_real(a.dir, a.model)
+    real = load_real(a.dir, a.model) if a.dir else load_sweep(a.records, a.model, a.dataset or a.task, a.tokenizer)
     for line in unrecorded_notes(real):
         print(line)
     mapper = id_mapper(a.model, a.tokenizer)
@@ -236,10 +244,10 @@ def main(a) -> int:
                       "fit_prompts": "even positions",
                       "prompt_format": next(iter(real.values())).prompt_format,
                       "max_new_tokens": next(iter(real.values())).budget},
-           "inputs_source": "real greedy runs of the pair recorded by `python -m simulators check clock` (traces "
-                            "kept in "
-                            "the cache "
-                            "directory, not in git); no published figure is used",
+           "inputs_source": ("real greedy runs of the pair recorded by `python -m simulators check clock` (traces "
+                             "kept in the cache directory, not in git)" if a.dir else
+                             "the per-step records of a real greedy sweep of the pair (`python -m ouroboros.sweep "
+                             "... backend=hf`; the records file is not in git)") + "; no published figure is used",
            "method": "simulators.calibration.decisions.fit_profile: coordinate search of "
                      + (', '.join(knobs) if knobs else "the knobs above") + f" ({a.rounds} "
                      f"round{'s' * (a.rounds > 1)}"
@@ -250,13 +258,17 @@ def main(a) -> int:
                      "the surrogate "
                      f"pooled over {SIM_SEEDS} seeds, minimising squared relative errors of every run's eta, c, "
                      "#Match, hit rates and speculative's per-position acceptance",
-           "command": f"python -m simulators calibrate decisions --dir <recorded runs> --name {a.name} --task {a.task}"
+           "command": "python -m simulators calibrate decisions "
+                      + ("--dir <recorded runs>" if a.dir
+                         else f"--records <sweep records> --dataset {a.dataset or a.task}")
+                      + f" --name {a.name} --task {a.task}"
                       + (f" --start {a.start}" if a.start else "") + f" --rounds {a.rounds}"
                       + (f" --near {a.near}" if a.near else "") + (f" --knobs {','.join(knobs)}" if knobs else ""),
            "commit": git_commit()}
     if start_fit:
         fit["start"] = start_fit    # the profile the search began from, and how that one was fitted
-    path = write_profile(a.name, f"{a.model}, {a.task}: calibration profile (recorded real decisions)", fields, fit,
+    path = write_profile(a.name, f"{a.model}, {a.task}: calibration profile ("
+                         + ("recorded real decisions)" if a.dir else "a real sweep's decisions)"), fields, fit,
                          Path(a.out_dir) if a.out_dir else None)
     print(f"wrote {path}")
     return 0

@@ -9,8 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from ouroboros.backends.base import OuroborosError
 from ouroboros.paths import default_cache_dir
-from simulators.decisions import RealRun, compare, id_mapper, load_real, score, split, stats, table, unrecorded_notes
+from simulators.decisions import (
+    RealRun,
+    compare,
+    id_mapper,
+    load_real,
+    load_sweep,
+    score,
+    split,
+    stats,
+    table,
+    unrecorded_notes,
+)
 
 
 def add_args(ap) -> None:
@@ -19,6 +31,8 @@ def add_args(ap) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64, help="the recorded budget")
     ap.add_argument("--dir", default=None, help="recorded runs (default <cache>/decisions/<model>-<dataset>-<max new "
                                                 "tokens>)")
+    ap.add_argument("--records", default=None, help="or a real sweep's records file (its points on --dataset; no "
+                                                    "trace needed)")
     ap.add_argument("--sim", default=None, help="the sim profile to check (conf/sim/<name>.yaml)")
     ap.add_argument("--tokenizer", default=None, help="the pair's tokenizer dir (default: the fetched one)")
 
@@ -28,19 +42,24 @@ def main(a) -> int:
 
     if a.sim:
         check_profile_name(a.sim)
-    root = a.dir or str(default_cache_dir() / "decisions" / f"{a.model}-{a.dataset}-{a.max_new_tokens}")
-    validate(root, a.sim, a.model, a.tokenizer)
+    if a.dir and a.records:
+        raise OuroborosError("check decisions takes --dir (recorded runs) or --records (a sweep's records), not both")
+    if a.records:
+        real = load_sweep(a.records, a.model, a.dataset, a.tokenizer)
+    else:
+        real = load_real(a.dir or str(default_cache_dir() / "decisions" / f"{a.model}-{a.dataset}-{a.max_new_tokens}"),
+                         a.model)
+    validate(real, a.sim, a.model, a.tokenizer)
     return 0
 
 
-def validate(root: str, sim: str | None, model: str = "qwen_coder", tokenizer: str | None = None,
+def validate(real: dict[str, RealRun], sim: str | None, model: str = "qwen_coder", tokenizer: str | None = None,
              out=print) -> dict[str, Any]:
     """Real vs simulated statistics on the held-out prompts."""
     from simulators.sim_profiles import load_profile
 
     opts = load_profile(sim) if sim else {}
     opts.pop("fit", None)
-    real = load_real(root, model)
     mapper = id_mapper(model, tokenizer)
     rows = compare(real, opts, mapper, "eval")
     for line in unrecorded_notes(real):
