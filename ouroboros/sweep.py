@@ -40,7 +40,7 @@ from ouroboros.interrupts import counted, interrupts_deferred
 from ouroboros.point import Point, label_of
 from ouroboros.record import Record
 from ouroboros.sinks import load_records, summary_line
-from ouroboros.strategies import REGISTRY, field_types
+from ouroboros.strategies import NO_DATASTORE, REGISTRY, field_types
 from ouroboros.table import format_table
 
 GROUPS = ("model", "strategy", "dataset", "backend", "hardware", "logger", "sweep")
@@ -164,9 +164,19 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
     base = preset + list(base)
     typed = {k.split(".", 2)[2] for o in base if (k := override_key(o)).startswith("strategy.params.")}
     swept = swept_params(sweep) | typed   # a param typed on the command line is shown too (a -m job's sweep)
-    for suffix, ovr in expand(sweep):
+    skipped: list[str] = []
+    grid = expand(sweep)
+    for suffix, ovr in grid:
         overrides, replaced = merge_overrides(base, ovr, choices)
-        run = compose_run(overrides)
+        try:
+            run = compose_run(overrides)
+        except OuroborosError as e:
+            # rest without a datastore on a real backend: a sweep of several strategies goes on without it
+            # (one note); a sweep of rest alone is the error itself
+            if str(e) != NO_DATASTORE or len(grid) < 2:
+                raise
+            skipped.append(suffix or " ".join(short_override(o) for o in ovr))
+            continue
         if notes is not None:
             notes += [f"sweep {sweep.name} sets {override_key(o)} at its points: the command line's {o} is not "
                       "used" for o in replaced]
@@ -184,6 +194,15 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
         if p.id not in seen:
             out.append(p)
             seen.add(p.id)
+    if skipped and len(skipped) == len(grid):
+        raise OuroborosError(NO_DATASTORE)
+    if skipped:
+        msg = (f"sweep {sweep.name} runs without rest ({', '.join(skipped)}): no datastore on a real backend; add "
+               "strategy.params.datastore=PATH (`python -m ouroboros.rest_datastore`) to run it")
+        if notes is None:
+            print(f"note: {msg}", file=sys.stderr)
+        else:
+            notes.append(msg)
     if notes is not None:
         notes[:] = list(dict.fromkeys(notes))
     return out

@@ -4,6 +4,7 @@ and in its record, and its target knows the stand-in's text where `check decisio
 datastore. A real backend (and a replayed or proxy token source) refuses REST without a datastore in one line,
 before any work. Losslessness on the stand-in: tests/test_sim_lossless.py."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -113,10 +114,20 @@ def test_rest_without_a_datastore_is_refused_in_one_line_where_there_is_no_stand
     assert str(e.value).startswith(needle) and "\n" not in str(e.value)
 
 
-def test_a_real_sweep_with_a_rest_point_without_a_datastore_fails_before_any_work(tmp_path):
+def test_a_real_sweep_runs_without_rest_and_says_so_and_rest_alone_fails_before_any_work(tmp_path):
+    """A real sweep of several strategies (the main job's preset on a real pair) goes on without rest, with one note
+    saying how to add it; a sweep of rest alone is the one-line error, nothing measured."""
     out = tmp_path / "r.jsonl"
     res = run_module("ouroboros.sweep", "model=tiny", 'sweep.grid=["strategy=pld,rest"]', "dataset.num_prompts=1",
                      "max_new_tokens=4", "logger=quiet", f"out={out}", tmp=tmp_path)
+    assert res.code == 0 and [r.strategy for r in load_records(out)] == ["vanilla", "pld"]
+    rest_lines = [ln for ln in res.err.splitlines() if "rest" in ln]
+    assert len(rest_lines) == 1 and re.fullmatch(
+        r"note: sweep custom-\w+ runs without rest \(strategy=rest\): no datastore on a real backend; add "
+        r"strategy\.params\.datastore=PATH \(`python -m ouroboros\.rest_datastore`\) to run it", rest_lines[0])
+    alone = tmp_path / "alone.jsonl"
+    res = run_module("ouroboros.sweep", "model=tiny", 'sweep.grid=["strategy=rest"]', "dataset.num_prompts=1",
+                     "max_new_tokens=4", "logger=quiet", f"out={alone}", tmp=tmp_path)
     assert res.code == 2 and res.err.strip().splitlines() == [f"error: {NO_DATASTORE}"]
-    assert res.out == "" and not out.exists()                     # nothing measured, nothing appended
+    assert res.out == "" and not alone.exists()                     # nothing measured, nothing appended
     assert "strategy=rest strategy.params.datastore=PATH" in NO_DATASTORE   # how to fix it, in a sweep too
