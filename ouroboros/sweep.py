@@ -198,7 +198,7 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
         raise OuroborosError(NO_DATASTORE)
     if skipped:
         msg = (f"sweep {sweep.name} runs without rest ({', '.join(skipped)}): no datastore on a real backend; add "
-               "strategy.params.datastore=PATH (`python -m ouroboros.rest_datastore`) to run it")
+               "strategy=rest strategy.params.datastore=PATH (`python -m ouroboros.rest_datastore`) to run it")
         if notes is None:
             print(f"note: {msg}", file=sys.stderr)
         else:
