@@ -124,7 +124,8 @@ def test_a_real_sweep_runs_without_rest_and_says_so_and_rest_alone_fails_before_
     rest_lines = [ln for ln in res.err.splitlines() if "rest" in ln]
     assert len(rest_lines) == 1 and re.fullmatch(
         r"note: sweep custom-\w+ runs without rest \(strategy=rest\): no datastore on a real backend; add "
-        r"strategy=rest strategy\.params\.datastore=PATH \(`python -m ouroboros\.rest_datastore`\) to run it", rest_lines[0])
+        r"strategy=rest strategy\.params\.datastore=PATH \(`python -m ouroboros\.rest_datastore`\) to run it",
+        rest_lines[0])
     alone = tmp_path / "alone.jsonl"
     res = run_module("ouroboros.sweep", "model=tiny", 'sweep.grid=["strategy=rest"]', "dataset.num_prompts=1",
                      "max_new_tokens=4", "logger=quiet", f"out={alone}", tmp=tmp_path)
