@@ -111,7 +111,7 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
 
 def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None, tokenizer_dir: str | None = None,
                prompts=None) -> dict[str, RealRun]:
-    """Every real (wall-clock) point of a sweep's records file (`python -m ouroboros.sweep ... out=PATH`) on the
+    """Every real (wall-clock) greedy point of a sweep's records file (`python -m ouroboros.sweep ... out=PATH`) on the
     dataset kind `dataset` (None: the file must hold one), whose strategy the simulator runs (not vanilla, not the
     hf_* peers), as RealRuns: per prompt, the point's own `prompt_result` line (steps and pool statistics; the last
     one where a resumed point measured a prompt twice), in the sweep's prompt order; the prompts rendered again from
@@ -121,28 +121,18 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
     rendered again (default: `load_prompts` with the pair's tokenizer)."""
     from ouroboros.harness import WARMUP_TOKENS as SWEEP_WARMUP
     from ouroboros.metrics import StepRecord
+    from ouroboros.sinks import RecordFile, read_records
 
     if not os.path.isfile(path):
         raise OuroborosError(f"--records {path!r}: no such file")
-    records: list[dict[str, Any]] = []
-    lines: dict[str, dict[str, dict[str, Any]]] = {}   # point id -> prompt id -> its last prompt result
-    with open(path, encoding="utf-8") as f:
-        for ln in f:
-            try:
-                rec = json.loads(ln)
-            except json.JSONDecodeError:
-                continue                       # a torn last line (a run still writing) or a damaged one
-            if rec.get("kind") == "prompt_result":
-                lines.setdefault(rec["of_point"], {})[rec["prompt"]["prompt_id"]] = rec["prompt"]
-            elif "point_id" in rec and rec.get("backend") != "sim":
-                records.append(rec)
+    records = [r for r in read_records(path) if r.get("backend") != "sim" and not r.get("sampled")]
     kinds = sorted({r["config"]["dataset"]["kind"] for r in records})
     if dataset is None and len(kinds) > 1:
         raise OuroborosError(f"--records {path!r} holds real runs on {', '.join(kinds)}: name one with --dataset")
     chosen = [r for r in records if dataset is None or r["config"]["dataset"]["kind"] == dataset]
     chosen = [r for r in chosen if r["strategy"] != "vanilla" and not r["strategy"].startswith("hf_")]
     if not chosen:
-        raise OuroborosError(f"--records {path!r}: no finished real point of a simulated strategy"
+        raise OuroborosError(f"--records {path!r}: no finished real greedy point of a simulated strategy"
                              + (f" on dataset {dataset!r}" if dataset else "") + " (vanilla and hf_* peers do "
                              "not count; a sweep still running writes a point's record when it finishes)")
     if prompts is None:
@@ -154,7 +144,7 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
         key = json.dumps(cfg["dataset"], sort_keys=True)
         if key not in prompts_of:
             prompts_of[key] = prompts(cfg["dataset"], int(cfg.get("seed", 0)))
-        done = lines.get(rec["point_id"], {})
+        done = RecordFile(path).finished_prompts(rec["point_id"])
         ps = [p for p in prompts_of[key] if p.id in done]
         if not ps:
             continue

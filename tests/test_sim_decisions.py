@@ -184,7 +184,7 @@ def test_calibrate_and_check_read_a_sweeps_records(swept, tmp_path, monkeypatch,
     assert "--records <sweep records> --dataset synthetic" in prof["fit"]["command"]
     for bad, msg in (({"dir": "x"}, "exactly one of --dir"), ({"records": None}, "exactly one of --dir"),
                      ({"records": str(tmp_path / "none.jsonl")}, "no such file"),
-                     ({"dataset": "humaneval"}, "no finished real point of a simulated strategy on dataset")):
+                     ({"dataset": "humaneval"}, "no finished real greedy point of a simulated strategy on dataset")):
         with pytest.raises(OuroborosError, match=msg):
             fit.main(SimpleNamespace(**{**vars(a), **bad}))
     monkeypatch.setattr(check, "id_mapper", lambda *a, **k: mapper)
