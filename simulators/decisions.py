@@ -116,9 +116,11 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
     hf_* peers), as RealRuns: per prompt, the point's own `prompt_result` line (steps and pool statistics; the last
     one where a resumed point measured a prompt twice), in the sweep's prompt order; the prompts rendered again from
     the record's dataset config with the pair's tokenizer. One proposer per point over all its prompts, warmed up as
-    the harness did: what a sweep runs (prompt by prompt, each point's state carried on). No trace is needed: the
-    real side's statistics are the recorded steps themselves. `prompts(dataset config, seed)`: how the prompts are
-    rendered again (default: `load_prompts` with the pair's tokenizer)."""
+    the harness did: what a sweep runs (prompt by prompt, each point's state carried on). Points of one label from
+    several sweeps (the same strategy on other `dataset.ids`) make one run, each sweep's prompts a group with its
+    own proposer and warm-up, as each process had. No trace is needed: the real side's statistics are the recorded
+    steps themselves. Records of another pair than `model` are refused. `prompts(dataset config, seed)`: how the
+    prompts are rendered again (default: `load_prompts` with the pair's tokenizer)."""
     from ouroboros.harness import WARMUP_TOKENS as SWEEP_WARMUP
     from ouroboros.metrics import StepRecord
     from ouroboros.sinks import RecordFile, read_records
@@ -135,11 +137,18 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
         raise OuroborosError(f"--records {path!r}: no finished real greedy point of a simulated strategy"
                              + (f" on dataset {dataset!r}" if dataset else "") + " (vanilla and hf_* peers do "
                              "not count; a sweep still running writes a point's record when it finishes)")
+    pair = load_conf("model", model)
+    for rec in chosen:
+        if not same_pair(rec["config"].get("model") or {}, pair):
+            got = (rec["config"].get("model") or {}).get("kind")
+            raise OuroborosError(f"--records {path!r}: point {rec['label']} ran the {got!r} pair, not --model "
+                                 f"{model} ({pair.get('kind')!r}): fit and check a pair on its own records")
     if prompts is None:
         prompts = real_prompts(model, tokenizer_dir)
+    latest = {rec["point_id"]: rec for rec in chosen}   # the last record of a point wins (a re-measured point)
     runs: dict[str, RealRun] = {}
     prompts_of: dict[str, list[Any]] = {}
-    for rec in chosen:   # the last record of a point wins (a re-measured point)
+    for rec in latest.values():
         cfg = rec["config"]
         key = json.dumps(cfg["dataset"], sort_keys=True)
         if key not in prompts_of:
@@ -149,18 +158,31 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
         if not ps:
             continue
         budget = int(rec["max_new_tokens"])
-        run = RealRun(rec["label"], rec["strategy"], dict(rec["params"]), budget,
-                      prompt_format={k: cfg["dataset"].get(k) for k in ("chat", "template") if k in cfg["dataset"]},
-                      warmup=min(SWEEP_WARMUP, budget) if cfg.get("warmup", True) else 0)
+        fmt = {k: cfg["dataset"].get(k) for k in ("chat", "template") if k in cfg["dataset"]}
+        run = runs.get(rec["label"])
+        if run is None:
+            run = runs[rec["label"]] = RealRun(rec["label"], rec["strategy"], dict(rec["params"]), budget,
+                                               prompt_format=fmt,
+                                               warmup=min(SWEEP_WARMUP, budget) if cfg.get("warmup", True) else 0)
+        elif (run.budget, run.prompt_format) != (budget, fmt):
+            raise OuroborosError(f"--records {path!r}: {rec['label']} was measured at {run.budget} and {budget} new "
+                                 "tokens or with two prompt formats; keep one budget and format per records file")
+        # another sweep of the same point on other prompts (dataset.ids): its own proposer, as that process had
+        group = max(run.groups, default=-1) + 1
         for p in ps:
             d = done[p.id]
             run.results.append(PromptResult(d["prompt_id"], d["prompt_len"], list(d["output"]), d["elapsed_s"],
                                             d["prefill_s"], d["stop_reason"],
                                             [StepRecord(**s) for s in d["steps"]], dict(d["proposer_stats"])))
             run.prompts.append(list(p.ids))
-            run.groups.append(0)
-        runs[rec["label"]] = run
+            run.groups.append(group)
     return runs
+
+
+def same_pair(recorded: dict[str, Any], model: dict[str, Any]) -> bool:
+    """Whether a record's model config is the pair of conf/model/<name>.yaml: the same kind, and with or without
+    the draft as that YAML has it (loading options such as bf16_upcast_rows do not change decisions' source)."""
+    return recorded.get("kind") == model.get("kind") and recorded.get("draft", True) == model.get("draft", True)
 
 
 def real_prompts(model: str, tokenizer_dir: str | None = None):

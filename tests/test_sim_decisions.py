@@ -159,7 +159,7 @@ def test_a_real_sweeps_records_are_the_real_side(swept):
     sweep's order; the same statistics as the sweep's own totals, and no trace needed."""
     import json
 
-    real = decisions.load_sweep(str(swept), dataset="synthetic", prompts=tiny_prompts)
+    real = decisions.load_sweep(str(swept), model="tiny", dataset="synthetic", prompts=tiny_prompts)
     assert set(real) == {"pld", "speculative"}
     recs = {r["label"]: r for r in map(json.loads, swept.read_text().splitlines()) if r.get("kind") != "prompt_result"}
     for label, run in real.items():
@@ -172,6 +172,7 @@ def test_a_real_sweeps_records_are_the_real_side(swept):
 
 
 def test_calibrate_and_check_read_a_sweeps_records(swept, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(decisions, "same_pair", lambda *a: True)   # the tiny pair's records stand in for qwen_coder's
     monkeypatch.setattr(fit, "id_mapper", lambda *a, **k: mapper)
     monkeypatch.setattr(decisions, "real_prompts", lambda *a, **k: tiny_prompts)
     a = SimpleNamespace(dir=None, records=str(swept), dataset=None, model="qwen_coder", name="qwen_coder_test",
@@ -196,6 +197,42 @@ def test_calibrate_and_check_read_a_sweeps_records(swept, tmp_path, monkeypatch,
     with pytest.raises(OuroborosError, match="not both"):
         check.main(SimpleNamespace(model="qwen_coder", dataset="synthetic", max_new_tokens=12, dir="x",
                                    records=str(swept), sim=None, tokenizer=None))
+
+
+def sweep_into(out: Path, extra: list[str]) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from ouroboros.config import validate
+    from ouroboros.executor import make_executor
+    from ouroboros.sweep import plan, run_points
+
+    ovr = [*TINY, 'sweep.grid=["strategy=pld,speculative"]', f"out={out}", *extra]
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=ovr, return_hydra_config=True)
+        run = validate(cfg)
+        run_points(plan(ovr, dict(cfg.hydra.runtime.choices), run.sweep),
+                   make_executor(run, resume=run.sweep.resume, sweep=run.sweep.name))
+
+
+def test_sweeps_of_one_point_on_other_prompts_are_one_run_in_groups(swept, tmp_path):
+    """A second sweep of the same strategies on other prompts (e.g. dataset.ids) joins each run as its own group: its
+    own proposer and warm-up, as that process had, so fit (even) and held-out (odd) positions span both prompt sets."""
+    out = tmp_path / "records.jsonl"
+    out.write_text(swept.read_text())
+    sweep_into(out, ["dataset.num_prompts=2", "dataset.prompt_len=40"])    # two other prompts
+    real = decisions.load_sweep(str(out), model="tiny", dataset="synthetic", prompts=tiny_prompts)
+    assert set(real) == {"pld", "speculative"}
+    for run in real.values():
+        assert [len(p) for p in run.prompts] == [48] * 4 + [40] * 2
+        assert run.groups == [0, 0, 0, 0, 1, 1]
+    sweep_into(out, ["max_new_tokens=10", "dataset.num_prompts=1"])
+    with pytest.raises(OuroborosError, match="measured at 12 and 10 new tokens"):
+        decisions.load_sweep(str(out), model="tiny", dataset="synthetic", prompts=tiny_prompts)
+
+
+def test_records_of_another_pair_are_refused(swept):
+    with pytest.raises(OuroborosError, match="ran the 'tiny' pair, not --model qwen_coder"):
+        decisions.load_sweep(str(swept), model="qwen_coder", dataset="synthetic", prompts=tiny_prompts)
 
 
 def test_a_context_answered_two_ways_is_reported_not_fatal(recorded, tmp_path):
