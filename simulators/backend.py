@@ -191,8 +191,8 @@ class SimBackend(HostCharging, SequenceBackend):
 
     def _one_hot(self, preds: LazyPreds):
         """Greedy-only scores as logits ([n + 1, V] float32): 0 at the chosen token, -inf elsewhere, except that a
-        surrogate target ranks its runner-ups: its back-off table's other continuations of the row's context (the
-        tokens it writes there when it does not take its top one) get RUNNER_UP, 2 x RUNNER_UP, ...: a top-k for a
+        surrogate target ranks its runner-ups (`NGramLM.ranked`: the longest matching context's other continuations,
+        then the shorter contexts' new ones) as RUNNER_UP, 2 x RUNNER_UP, ...: a top-k for a
         proposer that reads one (Token Recycling), with no probability (softmax gives them exactly 0 at any
         temperature, so sampling stays greedy). A trace replay has no runner-ups: its top-k is its prediction."""
         import torch
@@ -201,7 +201,7 @@ class SimBackend(HostCharging, SequenceBackend):
         logits[torch.arange(len(preds)), torch.tensor(preds)] = 0.0
         if isinstance(self.lm, NGramLM):
             for i, p in enumerate(preds):
-                others = [c for c in self.lm.candidates(preds.state(i - 1).tail) if c != p]
+                others = [c for c in self.lm.ranked(preds.state(i - 1).tail) if c != p]
                 logits[i, others] = torch.arange(1, len(others) + 1, dtype=logits.dtype) * RUNNER_UP
         return logits
 

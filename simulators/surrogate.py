@@ -266,6 +266,16 @@ class NGramLM:
                 return c
         return (int(uniform(hash((tail, self.seed))) * (self.plain_vocab - 1)) + 1,)
 
+    def ranked(self, tail: tuple[int, ...]) -> list[int]:
+        """The continuations a real LM's top-k holds after this tail, best first: the longest matching context's
+        (what `candidates` gives), then each shorter context's that are not yet listed, down to the last token's.
+        A real model's runner-ups are the plausible next tokens of its shorter contexts too, not only of the one
+        it decides on (Token Recycling reads them: docs/simulator.md)."""
+        table, out = self.table, []
+        for n in range(min(self.order, len(tail)), 0, -1):
+            out += [c for c in table.get(tail[-n:], ()) if c not in out]
+        return out or list(self.candidates(tail))
+
     def choice_key(self, state: LMState) -> tuple[Any, ...]:
         """What the varied choices (copy or not, which runner-up) hash: the position (in blocks of `pos_grain`
         tokens) and the tail (its last `choice_ctx` tokens)."""

@@ -146,3 +146,22 @@ def test_simulated_prompts_with_history_are_lossless_and_the_matrix_holds_runner
         assert res.output == greedy_lm(pair.target.lm, p.ids, 48, pair.eos_ids)
     assert prop.stats()["accepted:matrix"] > 0
     assert max(len(row) for row in prop.matrix.values()) > 1
+
+
+def test_simulated_top_k_holds_the_shorter_contexts_continuations():
+    """A real LM's top-k holds the plausible next tokens of its shorter contexts too: the surrogate's ranking lists
+    the longest matching context's continuations first, then each shorter context's new ones, without repeats."""
+    from simulators.simconfig import SimConfig
+    from simulators.surrogate import NGramLM
+
+    lm = NGramLM(SimConfig())
+    tails = [k for k in lm.table if len(k) == lm.order][:200]
+    longer = 0
+    for tail in tails:
+        ranked = lm.ranked(tail)
+        assert ranked[:len(lm.candidates(tail))] == list(lm.candidates(tail))
+        assert len(ranked) == len(set(ranked))
+        for n in range(1, lm.order + 1):
+            assert set(lm.table.get(tail[-n:], ())) <= set(ranked)
+        longer += len(ranked) > len(lm.candidates(tail))
+    assert tails and longer > len(tails) // 2
