@@ -406,3 +406,30 @@ def test_text_prior_is_fitted_on_some_tasks_and_checked_on_a_held_out_one(record
                      ({"rounds": 0}, "--rounds must be >= 1"), ({"jobs": 0}, "--jobs must be >= 1")):
         with pytest.raises(OuroborosError, match=msg):
             prior.main(SimpleNamespace(**{**vars(a), **bad}), out=lines.append)
+
+
+def test_bands_from_a_sweeps_records_score_each_sweeps_held_out_prompts(swept, tmp_path, monkeypatch):
+    """`calibrate bands --records TASK=FILE:PROFILE`: one profile_recorded cell per strategy and sweep of a point,
+    from that sweep's odd-position prompts only (the profile was fitted on the even ones)."""
+    from simulators import sim_profiles
+    from simulators.calibration import bands
+
+    out = tmp_path / "records.jsonl"
+    out.write_text(swept.read_text())
+    sweep_into(out, ["dataset.num_prompts=2", "dataset.prompt_len=40"])
+    prof = {**sim_profiles.load_profile("qwen_coder_mtbench"), "fit": {"inputs": {"fit_prompts": "even positions"}}}
+    monkeypatch.setattr(sim_profiles, "load_profile", lambda name: dict(prof))
+    monkeypatch.setattr(decisions, "id_mapper", lambda *a, **k: mapper)
+    monkeypatch.setattr(decisions, "real_prompts", lambda *a, **k: tiny_prompts)
+    monkeypatch.setattr(decisions, "same_pair", lambda *a: True)   # the tiny pair's records stand in for qwen_coder's
+    lines: list[str] = []
+    cells = bands.records_cells([f"synthetic={out}:p"], lines.append)
+    assert sorted((c["strategy"], tuple(c["prompts"])) for c in cells) == [
+        (s, ids) for s in ("pld", "speculative") for ids in (("synthetic-1",), ("synthetic-1", "synthetic-3"))]
+    assert all(c["source"] == "profile_recorded" and c["metric"] == "block_efficiency" for c in cells)
+    assert len(lines) == 4 and "eta real" in lines[0]
+    prof["fit"] = {"inputs": {"fit_prompts": "all"}}
+    with pytest.raises(OuroborosError, match="no prompt of the file is known to be held out"):
+        bands.records_cells([f"synthetic={out}:p"], lines.append)
+    with pytest.raises(OuroborosError, match="TASK=FILE:PROFILE"):
+        bands.records_cells(["synthetic"], lines.append)

@@ -7,7 +7,8 @@ Yi-34B/6B paper figures), written to conf/calibration/bands.yaml (read by simula
   and Ouroboros token/s, speedup and block efficiency are then predicted;
 - `prior`: the uncalibrated prior (conf/sim/default.yaml, the hardware's estimated overheads) on the same pair and
   tasks, every published figure predicted;
-- `profile_recorded` (with --recorded): a decision profile's block efficiency on real runs it was not fitted to.
+- `profile_recorded` (with --recorded or --records): a decision profile's block efficiency on real runs it was not
+  fitted to (recorded traces, or a real sweep's odd-position prompts where the profile was fitted on the even ones).
 Per strategy and metric, the band is the 80th percentile of |relative error| over the cells (the central 80% of
 errors, symmetric); the cells, their count and the share inside the band (coverage) are stored beside it.
 """
@@ -131,6 +132,46 @@ def recorded_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
     return cells
 
 
+def records_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
+    """profile_recorded from real sweeps: each `TASK=FILE:PROFILE` is a sweep's records file whose even-position
+    prompts PROFILE was fitted to (`calibrate decisions --records`); every sweep of a point (a group of prompts) gives
+    one cell per strategy: the surrogate's block efficiency under the profile against the real pair's on that
+    group's odd-position prompts, which no profile saw."""
+    from simulators.decisions import id_mapper, load_sweep, sim_pooled, split, stats
+    from simulators.sim_profiles import load_profile
+
+    cells = []
+    for spec in specs:
+        task, _, rest = spec.partition("=")
+        path, _, profile = rest.rpartition(":")
+        if not (task and path and profile):
+            raise OuroborosError(f"--records takes TASK=FILE:PROFILE, got {spec!r}")
+        opts = load_profile(profile)
+        model = str(opts.get("pair") or "qwen_coder")
+        fitted = (opts.pop("fit", None) or {}).get("inputs", {}).get("fit_prompts")
+        if fitted != "even positions":
+            raise OuroborosError(f"--records {spec!r}: {profile} was not fitted on a records file's even positions "
+                                 f"(its fit: {fitted!r}), so no prompt of the file is known to be held out")
+        mapper = id_mapper(model)
+        for label, run in load_sweep(path, model, task).items():
+            held = split(len(run.results))[1]
+            for g in sorted(set(run.groups)):
+                pos = [i for i in held if run.groups[i] == g]
+                if not pos:
+                    continue
+                r = stats([run.results[i] for i in pos])["eta"]
+                s = stats(sim_pooled(run, pos, opts, mapper))["eta"]
+                e = rel(s, r)
+                ids = [run.results[i].prompt_id for i in pos]
+                out(f"  {profile} on {task} {ids[0]}..{ids[-1]} ({len(pos)} prompts): {label} eta real {r:.2f}, "
+                    f"simulated {s:.2f} ({e:+.1%})")
+                if e is not None:
+                    cells.append({"source": "profile_recorded", "task": f"{task} ({ids[0]}..{ids[-1]})",
+                                  "strategy": run.name, "metric": "block_efficiency", "error": round(e, 4),
+                                  "run": label, "prompts": ids})
+    return cells
+
+
 def quantile(xs: list[float], q: float) -> float:
     """Linear interpolation between order statistics (numpy's default)."""
     s = sorted(xs)
@@ -167,6 +208,10 @@ def add_args(ap) -> None:
     ap.add_argument("--recorded", action="append", default=[], metavar="TASK=DIR:PROFILE",
                     help="real runs recorded by `python -m simulators check clock` on prompts PROFILE was not fitted "
                          "to (repeatable): the profile_recorded band")
+    ap.add_argument("--records", action="append", default=[], metavar="TASK=FILE:PROFILE",
+                    help="or a real sweep's records file whose even-position prompts PROFILE was fitted to "
+                         "(`calibrate decisions --records`; repeatable): its odd-position prompts give the "
+                         "profile_recorded band")
 
 
 def main(a: Any, out=print) -> int:
@@ -177,9 +222,17 @@ def main(a: Any, out=print) -> int:
     out("measuring the bands on the Yi-34B/6B paper figures (conf/calibration/yi34b_6b_a800x2.yaml):")
     loto = loto_cells(a.prompts, a.seed, out)
     prior = prior_cells(a.prompts, a.seed, out)
-    recorded = recorded_cells(a.recorded, out) if a.recorded else []
+    recorded = (recorded_cells(a.recorded, out) if a.recorded else []) + \
+        (records_cells(a.records, out) if a.records else [])
     cmd = f"python -m simulators calibrate bands --prompts {a.prompts} --seed {a.seed}" + "".join(
-        f" --recorded {spec.split('=', 1)[0]}=<recorded runs>:{spec.rpartition(':')[2]}" for spec in a.recorded)
+        f" --recorded {spec.split('=', 1)[0]}=<recorded runs>:{spec.rpartition(':')[2]}" for spec in a.recorded) + \
+        "".join(f" --records {spec.split('=', 1)[0]}=<sweep records>:{spec.rpartition(':')[2]}" for spec in a.records)
+    held = [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]}" for sp in a.recorded]
+    held += [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]} (a real sweep's odd-position prompts)"
+             for sp in a.records]
+    sources = ("traces kept in the cache, not in git; one cell per recording process of 4 prompts" if a.recorded
+               else "") + ("; " if a.recorded and a.records else "") + (
+        "sweep records not in git; one cell per sweep of a point, its odd-position prompts" if a.records else "")
     doc = {
         "level": BAND_LEVEL,
         "profile_measured": {
@@ -194,15 +247,13 @@ def main(a: Any, out=print) -> int:
             "command": cmd, "commit": git_commit(), "strategies": summarise(prior), "cells": prior},
         "profile_recorded": {
             "what": "a profile fitted to the pair's recorded real decisions (calibrate decisions)",
-            "held_out": ("real runs of prompts no profile was fitted to (" + "; ".join(
-                f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]}" for sp in a.recorded) + "; traces kept in the "
-                "cache, not in git; one cell per recording process of 4 prompts); block efficiency only, the clock "
-                "is not part of it"
-                         if a.recorded else "not measured: needs recorded real runs of held-out prompts "
+            "held_out": ("real runs of prompts no profile was fitted to (" + "; ".join(held) + "; " + sources
+                         + "); block efficiency only, the clock is not part of it"
+                         if recorded else "not measured: needs recorded real runs of held-out prompts "
                          "(python -m simulators check clock); python -m simulators check decisions reports their "
                          "errors"),
-            "command": cmd if a.recorded else None, "commit": git_commit() if a.recorded else None,
-            "strategies": summarise(recorded) if a.recorded else {}, "cells": recorded},
+            "command": cmd if recorded else None, "commit": git_commit() if recorded else None,
+            "strategies": summarise(recorded) if recorded else {}, "cells": recorded},
     }
     path = Path(a.out) if a.out else BANDS_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
