@@ -39,7 +39,7 @@ from ouroboros.paths import check_writable
 from ouroboros.sampling import SamplingConfig
 from ouroboros.serving.load import check_prefill, check_rate, check_shared_pool, check_simulated
 from ouroboros.strategies import (
-    NO_DATASTORE,
+    NeedsDatastore,
     check_files,
     default_params,
     get_spec,
@@ -291,7 +291,7 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
         check_sim(run)
     if needs_stand_in(run.strategy.name, run.strategy.params):
         if kind != "sim":
-            raise OuroborosError(NO_DATASTORE)
+            raise NeedsDatastore()
         if run.sim.get("tokens", "surrogate") not in ("surrogate", "iid"):
             raise OuroborosError(f"rest with sim.tokens={run.sim['tokens']} needs strategy.params.datastore=PATH in "
                                  "the ids its tokens are decided in: the simulator's stand-in is in the surrogate's")

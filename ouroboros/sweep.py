@@ -40,7 +40,7 @@ from ouroboros.interrupts import counted, interrupts_deferred
 from ouroboros.point import Point, label_of
 from ouroboros.record import Record
 from ouroboros.sinks import load_records, summary_line
-from ouroboros.strategies import NO_DATASTORE, REGISTRY, field_types
+from ouroboros.strategies import REGISTRY, NeedsDatastore, field_types
 from ouroboros.table import format_table
 
 GROUPS = ("model", "strategy", "dataset", "backend", "hardware", "logger", "sweep")
@@ -170,10 +170,10 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
         overrides, replaced = merge_overrides(base, ovr, choices)
         try:
             run = compose_run(overrides)
-        except OuroborosError as e:
+        except NeedsDatastore:
             # rest without a datastore on a real backend: a sweep of several strategies goes on without it
             # (one note); a sweep of rest alone is the error itself
-            if str(e) != NO_DATASTORE or len(grid) < 2:
+            if len(grid) < 2:
                 raise
             skipped.append(suffix or " ".join(short_override(o) for o in ovr))
             continue
@@ -195,7 +195,7 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
             out.append(p)
             seen.add(p.id)
     if skipped and len(skipped) == len(grid):
-        raise OuroborosError(NO_DATASTORE)
+        raise NeedsDatastore()
     if skipped:
         msg = (f"sweep {sweep.name} runs without rest ({', '.join(skipped)}): no datastore on a real backend; add "
                "strategy=rest strategy.params.datastore=PATH (`python -m ouroboros.rest_datastore`) to run it")

@@ -23,7 +23,7 @@ from ouroboros.strategies.lookahead import LookaheadConfig, LookaheadProposer
 from ouroboros.strategies.ouroboros import OuroborosConfig, OuroborosProposer
 from ouroboros.strategies.pld import PLDConfig, PLDProposer
 from ouroboros.strategies.recycling import RecyclingConfig, RecyclingProposer
-from ouroboros.strategies.rest import NO_DATASTORE, RestConfig, RestProposer
+from ouroboros.strategies.rest import NO_DATASTORE, NeedsDatastore, RestConfig, RestProposer
 from ouroboros.strategies.speculative import SpeculativeConfig, SpeculativeProposer
 from ouroboros.strategies.suffix import SuffixConfig, SuffixProposer
 from ouroboros.strategies.vanilla import VanillaConfig, VanillaProposer
@@ -188,6 +188,6 @@ def build_proposer(name: str, params: dict[str, Any] | None, target: Backend, dr
     return spec.proposer(cfg, target, draft)
 
 
-__all__ = ["NO_DATASTORE", "PEERS", "REGISTRY", "ChecksFiles", "DecodeState", "Proposer", "build_proposer",
-           "check_files", "check_trees", "check_type", "default_params", "field_types", "get_spec", "is_peer",
-           "make_config", "needs_stand_in"]
+__all__ = ["NO_DATASTORE", "PEERS", "REGISTRY", "ChecksFiles", "DecodeState", "NeedsDatastore", "Proposer",
+           "build_proposer", "check_files", "check_trees", "check_type", "default_params", "field_types", "get_spec",
+           "is_peer", "make_config", "needs_stand_in"]

@@ -27,6 +27,13 @@ NO_DATASTORE = ("rest needs a datastore: strategy=rest strategy.params.datastore
                 "ouroboros.rest_datastore`; in a sweep too); only backend=sim has a stand-in of its own")
 
 
+class NeedsDatastore(OuroborosError):
+    """REST asked for with no datastore where the backend has no stand-in (a sweep of several strategies skips it)."""
+
+    def __init__(self) -> None:
+        super().__init__(NO_DATASTORE)
+
+
 @dataclass
 class RestConfig:
     datastore: str | None = None     # .npz from `python -m ouroboros.rest_datastore` (none: backend=sim's stand-in)
@@ -63,7 +70,7 @@ class RestProposer(ModelFreeProposer):
     def __init__(self, cfg: RestConfig, target: Backend | None = None, draft=None):
         super().__init__()
         if not cfg.datastore and not cfg.corpus:
-            raise OuroborosError(NO_DATASTORE)
+            raise NeedsDatastore()
         self.cfg = cfg
         self.ds = _load(cfg.datastore) if cfg.datastore else Datastore.build([list(cfg.corpus)])
         if target is not None and self.ds.max_token >= target.vocab_size:
