@@ -48,8 +48,8 @@ def profile_text(title: str, fields: dict[str, Any], fit: dict[str, Any]) -> str
              "defaults:", "  - default", "  - _self_"]
     for k, v in fields.items():
         val = yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
-        lines.append(f"{k + ': ' + val:<34}# {FIELD_DOCS.get(k, '')}")
-    lines.append(f"{'fit:':<34}# provenance: what this profile was fitted to (nothing else)")
+        lines.append(f"{k + ': ' + val:<33} # {FIELD_DOCS.get(k, '')}")
+    lines.append(f"{'fit:':<33} # provenance: what this profile was fitted to (nothing else)")
     lines += ["  " + ln for ln in yaml.safe_dump(fit, sort_keys=False, width=110).splitlines()]
     return "\n".join(lines) + "\n"
 

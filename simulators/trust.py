@@ -51,19 +51,37 @@ def pair_name(model: dict[str, Any]) -> str:
 
 def default_profile(model: dict[str, Any], dataset: dict[str, Any]) -> str | None:
     """The model YAML's `sim_profiles:` entry for the dataset's task, else conf/sim/<pair>_<task>.yaml when that
-    profile was fitted for this pair (what `calibrate measured` writes)."""
+    profile was fitted for this pair (what `calibrate measured` writes). Where that profile's recordings rendered
+    their prompts otherwise than this dataset does and another profile of the pair and task was fitted on this
+    rendering, that one (an instruct model answers a templated prompt very differently)."""
     task = dataset_task(dataset)
     if not task:
         return None
     named = (model.get("sim_profiles") or {}).get(task)
-    if named:
+    if not named:
+        path = conf_root() / "sim" / f"{pair_name(model)}_{task}.yaml"
+        if path.is_file() and stored_profiles().get(path.stem, {}).get("pair") == pair_name(model):
+            named = path.stem
+    if not named:
+        return None
+    profs = stored_profiles()
+    fit = (profs.get(str(named)) or {}).get("fit") or {}
+    if not other_format(fit, dataset):
         return str(named)
-    path = conf_root() / "sim" / f"{pair_name(model)}_{task}.yaml"
-    if path.is_file():
+    same = [n for n, p in sorted(profs.items()) if p.get("pair") == pair_name(model)
+            and (p.get("fit") or {}).get("task") == fit.get("task") and (p.get("fit") or {}).get("inputs", {}).get(
+                "prompt_format") and not other_format(p["fit"], dataset)]
+    return same[0] if same else str(named)
+
+
+@functools.cache
+def stored_profiles() -> dict[str, dict[str, Any]]:
+    """conf/sim/<name>.yaml as written (name -> its own keys; not composed with the defaults)."""
+    out = {}
+    for path in sorted((conf_root() / "sim").glob("*.yaml")):
         with open(path, encoding="utf-8") as f:
-            if (yaml.safe_load(f) or {}).get("pair") == pair_name(model):
-                return path.stem
-    return None
+            out[path.stem] = dict(yaml.safe_load(f) or {})
+    return out
 
 
 def with_default_profile(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any],

@@ -120,3 +120,9 @@ def test_validate_paper_refuses_profiles_with_text(capsys):
     assert main(["check", "paper", "--profiles", "--text", "decisions"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--profiles goes with `paper`" in err[0] and "without --text" in err[0]
+
+
+def test_a_long_value_keeps_its_comment_apart():
+    """A value longer than the comment column still has a space before `#`: YAML would read it into the value."""
+    text = profile_text("t", {"profile": "a_profile_name_longer_than_the_column_x"}, {"task": "t"})
+    assert yaml.safe_load(text)["profile"] == "a_profile_name_longer_than_the_column_x"

@@ -49,13 +49,15 @@ def test_dataset_task(dataset, task):
 
 # ----------------------------------------------------------------------------------------------- profiles by default
 def test_the_pairs_profile_for_the_task_is_used_by_default_with_a_note():
-    run, notes = composed("model=qwen_coder", "backend=sim", "dataset=humaneval", "hardware=h100")
-    assert run.sim["profile"] == "qwen_coder_humaneval"
-    assert run.sim["alpha_easy"] == yaml.safe_load((ROOT / "conf/sim/qwen_coder_humaneval.yaml").read_text())[
-        "alpha_easy"]
-    note, fmt = [n for n in notes if n.startswith("decisions:")]   # the profile, and that its prompts were bare
-    assert "profile qwen_coder_humaneval picked for humaneval" in note and "recorded real runs" in note
-    assert "sim=default opts out" in note and "rendered otherwise" in fmt
+    """dataset=humaneval renders its template through the chat template: the pair's HumanEval profile fitted on that
+    rendering is picked; with bare prompts (dataset.template='{prompt}'), the one fitted on bare prompts."""
+    for extra, name in (((), "qwen_coder_humaneval_chat"), (("dataset.template='{prompt}'",), "qwen_coder_humaneval")):
+        run, notes = composed("model=qwen_coder", "backend=sim", "dataset=humaneval", "hardware=h100", *extra)
+        assert run.sim["profile"] == name
+        assert run.sim["alpha_easy"] == yaml.safe_load((ROOT / f"conf/sim/{name}.yaml").read_text())["alpha_easy"]
+        [note] = [n for n in notes if n.startswith("decisions:")]   # the profile; its prompts were rendered so too
+        assert f"profile {name} picked for humaneval" in note and "recorded real runs" in note
+        assert "sim=default opts out" in note
 
 
 def test_sim_default_opts_out_and_says_it_runs_on_the_prior():
@@ -67,7 +69,7 @@ def test_sim_default_opts_out_and_says_it_runs_on_the_prior():
 
 def test_a_typed_sim_option_wins_over_the_default_profile():
     run, _ = composed("model=qwen_coder", "backend=sim", "dataset=humaneval", "hardware=h100", "sim.alpha_easy=0.5")
-    assert run.sim["profile"] == "qwen_coder_humaneval" and run.sim["alpha_easy"] == 0.5
+    assert run.sim["profile"] == "qwen_coder_humaneval_chat" and run.sim["alpha_easy"] == 0.5
 
 
 def test_a_pair_without_a_profile_for_the_task_runs_on_the_prior_and_names_the_ones_it_has():
