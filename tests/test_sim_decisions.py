@@ -183,9 +183,14 @@ def test_calibrate_and_check_read_a_sweeps_records(swept, tmp_path, monkeypatch,
     assert prof["fit"]["inputs"]["recorded_runs"] == ["pld", "speculative"] and prof["fit"]["inputs"]["prompts"] == 4
     assert "real greedy sweep" in prof["fit"]["inputs_source"]
     assert "--records <sweep records> --dataset synthetic" in prof["fit"]["command"]
+    assert fit.main(SimpleNamespace(**{**vars(a), "runs": "speculative", "name": "qwen_coder_test2"})) == 0
+    prof2 = yaml.safe_load((tmp_path / "qwen_coder_test2.yaml").read_text())
+    assert prof2["fit"]["inputs"]["recorded_runs"] == ["speculative"]
+    assert "--runs speculative" in prof2["fit"]["command"]
     for bad, msg in (({"dir": "x"}, "exactly one of --dir"), ({"records": None}, "exactly one of --dir"),
                      ({"records": str(tmp_path / "none.jsonl")}, "no such file"),
-                     ({"dataset": "humaneval"}, "no finished real greedy point of a simulated strategy on dataset")):
+                     ({"dataset": "humaneval"}, "no finished real greedy point of a simulated strategy on dataset"),
+                     ({"runs": "lookahead"}, "--runs: lookahead not among the recorded runs' strategies")):
         with pytest.raises(OuroborosError, match=msg):
             fit.main(SimpleNamespace(**{**vars(a), **bad}))
     monkeypatch.setattr(check, "id_mapper", lambda *a, **k: mapper)

@@ -196,6 +196,8 @@ def add_args(ap) -> None:
     ap.add_argument("--near", type=int, default=0, help="each knob tries only grid values within this many steps "
                                                         "of its current one (0: the whole grid)")
     ap.add_argument("--jobs", type=int, default=1, help="processes evaluating a knob's grid values at once (>= 1)")
+    ap.add_argument("--runs", default=None, help="fit only the runs of these strategies (comma-separated names, e.g. "
+                                                 "speculative,cascade for the draft's agreement knobs); default: all")
     ap.add_argument("--knobs", default=None, help="search only these knobs (comma-separated; the others stay as "
                     "--start has them); default: all of " + ", ".join(k for k, _ in FIT_GRID))
 
@@ -229,8 +231,17 @@ def main(a) -> int:
         base = {k: start[k] for k in (knob for knob, _ in FIT_GRID) if k in start}
         earlier = start.get("fit") or {}
         start_fit = {"profile": a.start, **{k: earlier[k] for k in ("command", "commit") if k in earlier}}
+        if earlier.get("task") == a.task and (earlier.get("inputs") or {}).get("recorded_runs"):
+            start_fit["recorded_runs"] = list(earlier["inputs"]["recorded_runs"])   # what its knobs were fitted to
     base["corpus"] = a.corpus or base.get("corpus") or task_corpus(a.task)
     real = load_real(a.dir, a.model) if a.dir else load_sweep(a.records, a.model, a.dataset or a.task, a.tokenizer)
+    if getattr(a, "runs", None):
+        names = {n.strip() for n in a.runs.split(",") if n.strip()}
+        missing = sorted(names - {r.name for r in real.values()})
+        if missing or not names:
+            raise OuroborosError(f"--runs: {', '.join(missing) or repr(a.runs)} not among the recorded runs' "
+                                 f"strategies ({', '.join(sorted({r.name for r in real.values()}))})")
+        real = {k: r for k, r in real.items() if r.name in names}
     for line in unrecorded_notes(real):
         print(line)
     mapper = id_mapper(a.model, a.tokenizer)
@@ -240,7 +251,9 @@ def main(a) -> int:
     fields.update((k, opts[k]) for k in (knob for knob, _ in FIT_GRID) if k in opts)
     fields["prompt_tokens"] = "tokenizer"
     fit = {"pair": a.model, "task": a.task,
-           "inputs": {"recorded_runs": sorted(r.replace(str(Path.home()), "~") for r in real), "prompts": n,
+           "inputs": {"recorded_runs": sorted({r.replace(str(Path.home()), "~") for r in real}
+                                              | set((start_fit or {}).get("recorded_runs", []) if knobs else [])),
+                      "prompts": n,
                       "fit_prompts": "even positions",
                       "prompt_format": next(iter(real.values())).prompt_format,
                       "max_new_tokens": next(iter(real.values())).budget},
@@ -263,7 +276,8 @@ def main(a) -> int:
                          else f"--records <sweep records> --dataset {a.dataset or a.task}")
                       + f" --name {a.name} --task {a.task}"
                       + (f" --start {a.start}" if a.start else "") + f" --rounds {a.rounds}"
-                      + (f" --near {a.near}" if a.near else "") + (f" --knobs {','.join(knobs)}" if knobs else ""),
+                      + (f" --near {a.near}" if a.near else "") + (f" --knobs {','.join(knobs)}" if knobs else "")
+                      + (f" --runs {a.runs}" if getattr(a, "runs", None) else ""),
            "commit": git_commit()}
     if start_fit:
         fit["start"] = start_fit    # the profile the search began from, and how that one was fitted
