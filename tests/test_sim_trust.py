@@ -266,3 +266,19 @@ def test_a_profile_fitted_on_other_prompt_formats_keeps_no_band_and_says_why():
     notes = trust.source_notes(prof, {"name": "qwen_coder"}, templated, set())
     assert len(notes) == 2 and "no measured band holds here" in notes[1] and "'Complete:\\n{prompt}' here" in notes[1]
     assert len(trust.source_notes(prof, {"name": "qwen_coder"}, bare, set())) == 1
+
+
+def test_keep_recorded_carries_the_traced_cells_and_drops_the_sweep_ones(tmp_path):
+    from simulators.calibration.bands import kept_cells
+
+    doc = {"profile_recorded": {"command": "python -m simulators calibrate bands --recorded x", "commit": "abc",
+                                "cells": [{"strategy": "pld", "error": 0.1},
+                                          {"strategy": "pld", "error": 0.2, "from": "sweep records"}]}}
+    path = tmp_path / "bands.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    [kept] = kept_cells(path)
+    assert kept["error"] == 0.1 and kept["kept_from"] == "python -m simulators calibrate bands --recorded x at abc"
+    path.write_text(yaml.safe_dump({"profile_recorded": {"cells": [kept]}}))
+    assert kept_cells(path)[0]["kept_from"] == kept["kept_from"]     # kept twice: still the first measurement
+    with pytest.raises(OuroborosError, match="no bands file"):
+        kept_cells(tmp_path / "none.yaml")

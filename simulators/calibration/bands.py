@@ -168,8 +168,21 @@ def records_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
                 if e is not None:
                     cells.append({"source": "profile_recorded", "task": f"{task} ({ids[0]}..{ids[-1]})",
                                   "strategy": run.name, "metric": "block_efficiency", "error": round(e, 4),
-                                  "run": label, "prompts": ids})
+                                  "run": label, "prompts": ids, "profile": profile, "from": "sweep records"})
     return cells
+
+
+def kept_cells(path: Path) -> list[dict[str, Any]]:
+    """The profile_recorded cells of a bands file that came from recorded traces (not from sweep records), each
+    saying which measurement it was kept from."""
+    if not path.is_file():
+        raise OuroborosError(f"--keep-recorded: no bands file at {path} to keep cells from")
+    with open(path, encoding="utf-8") as f:
+        doc = yaml.safe_load(f) or {}
+    src = doc.get("profile_recorded") or {}
+    where = src.get("kept_from") or f"{src.get('command')} at {src.get('commit')}"
+    return [{**c, "kept_from": c.get("kept_from") or where} for c in src.get("cells") or []
+            if c.get("from") != "sweep records"]
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -212,6 +225,9 @@ def add_args(ap) -> None:
                     help="or a real sweep's records file whose even-position prompts PROFILE was fitted to "
                          "(`calibrate decisions --records`; repeatable): its odd-position prompts give the "
                          "profile_recorded band")
+    ap.add_argument("--keep-recorded", action="store_true",
+                    help="keep the profile_recorded cells the bands file already holds from recorded traces "
+                         "(--recorded runs of an earlier measurement whose traces are not at hand), beside new ones")
 
 
 def main(a: Any, out=print) -> int:
@@ -219,20 +235,27 @@ def main(a: Any, out=print) -> int:
         raise OuroborosError(f"--prompts must be >= 1, got {a.prompts}")
     from simulators.sim_profiles import git_commit
 
+    path = Path(a.out) if a.out else BANDS_PATH
+    kept = kept_cells(path) if getattr(a, "keep_recorded", False) else []   # before any work: a bad path is one line
     out("measuring the bands on the Yi-34B/6B paper figures (conf/calibration/yi34b_6b_a800x2.yaml):")
     loto = loto_cells(a.prompts, a.seed, out)
     prior = prior_cells(a.prompts, a.seed, out)
     recorded = (recorded_cells(a.recorded, out) if a.recorded else []) + \
-        (records_cells(a.records, out) if a.records else [])
+        (records_cells(a.records, out) if a.records else []) + kept
     cmd = f"python -m simulators calibrate bands --prompts {a.prompts} --seed {a.seed}" + "".join(
         f" --recorded {spec.split('=', 1)[0]}=<recorded runs>:{spec.rpartition(':')[2]}" for spec in a.recorded) + \
         "".join(f" --records {spec.split('=', 1)[0]}=<sweep records>:{spec.rpartition(':')[2]}" for spec in a.records)
+    if kept:
+        cmd += " --keep-recorded"
     held = [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]}" for sp in a.recorded]
     held += [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]} (a real sweep's odd-position prompts)"
              for sp in a.records]
-    sources = ("traces kept in the cache, not in git; one cell per recording process of 4 prompts" if a.recorded
-               else "") + ("; " if a.recorded and a.records else "") + (
-        "sweep records not in git; one cell per sweep of a point, its odd-position prompts" if a.records else "")
+    if kept:
+        held.append(f"the traced cells of {kept[0]['kept_from']}, kept")
+    parts = (["traces kept in the cache, not in git; one cell per recording process of 4 prompts"]
+             if a.recorded or kept else []) + (
+        ["sweep records not in git; one cell per sweep of a point, its odd-position prompts"] if a.records else [])
+    sources = "; ".join(parts)
     doc = {
         "level": BAND_LEVEL,
         "profile_measured": {
@@ -255,7 +278,6 @@ def main(a: Any, out=print) -> int:
             "command": cmd if recorded else None, "commit": git_commit() if recorded else None,
             "strategies": summarise(recorded) if recorded else {}, "cells": recorded},
     }
-    path = Path(a.out) if a.out else BANDS_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write("# Written by `python -m simulators calibrate bands` (simulators/calibration/bands.py): per kind "
