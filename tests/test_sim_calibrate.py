@@ -21,7 +21,7 @@ def test_calibrate_tiny_writes_a_usable_profile(tmp_path, capsys):
     out = tmp_path / "cpu.yaml"
     rc = main(["--model", "tiny", "--names", "tiny-t,tiny-d", "--dtype", "float32", "--ks", "1,4,16",
                "--ctxs", "8,32", "--repeats", "1", "--threads", "1", "--out", str(out), "--batches", "1,3",
-               "--batch-ks", "1,2", "--batch-ctxs", "16"])
+               "--batch-ks", "1,2", "--batch-ctxs", "16", "--set", "layers=2"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "B=3   k=2    ctx=16" in text   # batched points timed and fitted with the rest
@@ -29,6 +29,7 @@ def test_calibrate_tiny_writes_a_usable_profile(tmp_path, capsys):
     assert "tiny-t: LM head" in text and "k=16   ctx=0     all logits" in text
     hw = yaml.safe_load(out.read_text())
     assert set(hw["costs"]) == {"tiny-t", "tiny-d"}
+    assert "model.layers=2" in yaml.safe_dump(hw)      # the model options the timed forwards ran with
     assert all(c["head_s_per_row"] >= 0 for c in hw["costs"].values())
     pair = make_pair({"name": "tiny", "profile": TINY_PROFILE}, hw, {"dtype": "fp32", "ctx": 512})
     assert pair.costs["target"].name.endswith("/fitted")
@@ -41,6 +42,8 @@ def test_calibrate_bad_input(capsys):
     assert main(["--model", "tiny", "--names", "a,b", "--ks", "0,1"]) == 2
     assert main(["--model", "tiny", "--names", "a,b", "--batches", "two"]) == 2
     assert "comma-separated integers" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--names", "a,b", "--set", "nope=1"]) == 2
+    assert "--set 'nope=1': KEY=VALUE with KEY a loading option" in capsys.readouterr().err
 
 
 
@@ -96,7 +99,8 @@ def test_calibrate_random_weights_of_a_profile(tmp_path, capsys, monkeypatch):
     assert "timing target (tiny-t), float32, random weights on cpu" in text
     assert "tiny-t: fit error mean" in text and "tiny-d: fit error mean" in text
     hw = yaml.safe_load(out.read_text())
-    assert set(hw["costs"]) == {"tiny-t", "tiny-d"} and hw["attention"] == "eager"
+    assert set(hw["costs"]) == {"tiny-t", "tiny-d"}
+    assert "model.layers=2" in yaml.safe_dump(hw)      # the model options the timed forwards ran with and hw["attention"] == "eager"
     assert "random weights, eager attention" in hw["source"]
     pair = make_pair({"name": "tiny", "profile": TINY_PROFILE}, hw, {"dtype": "fp32", "ctx": 512})
     assert pair.costs["draft"].name.endswith("/fitted") and pair.costs["draft"].forward_s(4, 8) > 0

@@ -267,6 +267,9 @@ def random_backends(model: dict[str, Any], dtype: str, device: str, attention: s
 def add_args(ap) -> None:
     ap.add_argument("--model", default="qwen_coder", help="conf/model/<name>.yaml (needs a profile: section "
                                                           "naming the models, unless --names is given)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a model loading option as the runs to be modelled set it (repeatable), e.g. "
+                         "bf16_upcast_rows=0 for `model.bf16_upcast_rows=0`: the forwards timed are then theirs")
     ap.add_argument("--names", default=None, help="target[,draft] names to store the fits under")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=2)
@@ -297,6 +300,12 @@ def main(a) -> int:
     if a.attention and a.weights != "random":
         raise OuroborosError("--attention is for --weights random (real models keep the attention they load with)")
     model = load_conf("model", a.model)
+    for kv in getattr(a, "set", None) or []:
+        key, eq, val = kv.partition("=")
+        if not eq or not key or key in ("kind", "profile", "sim_profiles") or key not in model:
+            raise OuroborosError(f"--set {kv!r}: KEY=VALUE with KEY a loading option of conf/model/{a.model}.yaml "
+                                 f"({', '.join(k for k in model if k not in ('kind', 'profile', 'sim_profiles'))})")
+        model[key] = yaml.safe_load(val)
     if a.names:
         names = a.names.split(",")
     else:
@@ -340,6 +349,7 @@ def main(a) -> int:
         costs[nm] = cm
     write_profile(a.out, a.hardware_name, costs, a.threads,
                   f"{a.dtype}, {a.weights} weights" + (f", {a.attention} attention" if a.attention else "")
+                  + "".join(f", model.{kv}" for kv in getattr(a, "set", None) or [])
                   + f", {'tree' if a.tree else 'chain'} forwards, ks {a.ks}, ctxs {a.ctxs}, "
                   + (f"batches {a.batches} (ks {a.batch_ks}, ctxs {a.batch_ctxs}), " if max(batches) > 1 else "")
                   + f"{a.stat} of {a.repeats}", device=a.device,
