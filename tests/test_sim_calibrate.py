@@ -99,8 +99,7 @@ def test_calibrate_random_weights_of_a_profile(tmp_path, capsys, monkeypatch):
     assert "timing target (tiny-t), float32, random weights on cpu" in text
     assert "tiny-t: fit error mean" in text and "tiny-d: fit error mean" in text
     hw = yaml.safe_load(out.read_text())
-    assert set(hw["costs"]) == {"tiny-t", "tiny-d"}
-    assert "model.layers=2" in yaml.safe_dump(hw)      # the model options the timed forwards ran with and hw["attention"] == "eager"
+    assert set(hw["costs"]) == {"tiny-t", "tiny-d"} and hw["attention"] == "eager"
     assert "random weights, eager attention" in hw["source"]
     pair = make_pair({"name": "tiny", "profile": TINY_PROFILE}, hw, {"dtype": "fp32", "ctx": 512})
     assert pair.costs["draft"].name.endswith("/fitted") and pair.costs["draft"].forward_s(4, 8) > 0
