@@ -100,21 +100,27 @@ def prior_cells(n_prompts: int, seed: int, out=print) -> list[dict[str, Any]]:
     return cells
 
 
+def profile_spec(spec: str, flag: str, where: str) -> tuple[str, str, str, dict[str, Any], str]:
+    """`TASK=<where>:PROFILE` -> (task, where, profile, the profile's sim options with its `fit:` block, pair)."""
+    from simulators.sim_profiles import load_profile
+
+    task, _, rest = spec.partition("=")
+    place, _, profile = rest.rpartition(":")
+    if not (task and place and profile):
+        raise OuroborosError(f"{flag} takes TASK={where}:PROFILE, got {spec!r}")
+    opts = load_profile(profile)
+    return task, place, profile, opts, str(opts.get("pair") or "qwen_coder")
+
+
 def recorded_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
     """profile_recorded: each `TASK=DIR:PROFILE` is a folder of real runs recorded by `python -m simulators check
     clock` on prompts the profile was never fitted to; every recording process (sub-folder) is one cell per
     strategy: the surrogate's block efficiency under the profile against the real pair's on the same prompts."""
     from simulators.decisions import compare, folders, id_mapper, load_real
-    from simulators.sim_profiles import load_profile
 
     cells = []
     for spec in specs:
-        task, _, rest = spec.partition("=")
-        root, _, profile = rest.rpartition(":")
-        if not (task and root and profile):
-            raise OuroborosError(f"--recorded takes TASK=DIR:PROFILE, got {spec!r}")
-        opts = load_profile(profile)
-        model = str(opts.get("pair") or "qwen_coder")
+        task, root, profile, opts, model = profile_spec(spec, "--recorded", "DIR")
         opts.pop("fit", None)
         mapper = id_mapper(model)
         for d in folders(root):
@@ -138,16 +144,10 @@ def records_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
     one cell per strategy: the surrogate's block efficiency under the profile against the real pair's on that
     group's odd-position prompts, which no profile saw."""
     from simulators.decisions import id_mapper, load_sweep, sim_pooled, split, stats
-    from simulators.sim_profiles import load_profile
 
     cells = []
     for spec in specs:
-        task, _, rest = spec.partition("=")
-        path, _, profile = rest.rpartition(":")
-        if not (task and path and profile):
-            raise OuroborosError(f"--records takes TASK=FILE:PROFILE, got {spec!r}")
-        opts = load_profile(profile)
-        model = str(opts.get("pair") or "qwen_coder")
+        task, path, profile, opts, model = profile_spec(spec, "--records", "FILE")
         fitted = (opts.pop("fit", None) or {}).get("inputs", {}).get("fit_prompts")
         if fitted != "even positions":
             raise OuroborosError(f"--records {spec!r}: {profile} was not fitted on a records file's even positions "
