@@ -219,6 +219,12 @@ def stats(results: list[PromptResult]) -> dict[str, float]:
         drafted, dfw = tot["draft_tokens"], tot["draft_forwards"]
     if dfw:
         out["c"] = drafted / dfw
+    # what the clock charges per step besides eta: draft-model forwards and the target forward's width (tokens)
+    steps = [s for r in results for s in r.steps]
+    if steps:
+        if tot["draft_forwards"]:
+            out["dfw"] = tot["draft_forwards"] / len(steps)
+        out["width"] = sum(s.target_tokens for s in steps) / len(steps)
     for k, v in pool_rates(ps).items():
         if k.endswith("hit_rate"):  # "hit_rate" (the strategy's pool / datastore), "draft.hit_rate", ...
             out["hit:" + (k[: -len("hit_rate")].rstrip(".:_") or "pool")] = v
@@ -376,8 +382,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = []
     for row in rows:
         r, s = row["real"], row["sim"]
-        keys = [k for k in ("eta", "c", "A", "match") if k in r] + sorted(k for k in r if k.startswith("hit:")) + \
-            [k for k in r if k.startswith("pos")]
+        keys = [k for k in ("eta", "c", "A", "match", "dfw", "width") if k in r] + \
+            sorted(k for k in r if k.startswith("hit:")) + [k for k in r if k.startswith("pos")]
         cells = []
         for k in keys:
             e = rel(s.get(k), r[k])

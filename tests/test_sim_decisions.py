@@ -45,7 +45,12 @@ def test_real_side_is_the_replayed_recording(recorded):
     assert st["eta"] == pytest.approx(48 / steps)
     assert st["match"] >= st["A"] and st["eta"] == pytest.approx(1 + st["A"])
     assert st["c"] == pytest.approx(1.0, abs=0.35)  # greedy SpS: one token per draft forward (+ pending feeds)
-    assert decisions.stats(real["vanilla"].results)["eta"] == 1.0
+    # the clock's inputs besides eta: gamma=3 SpS runs about 3 draft forwards and a 4-token target forward a step
+    drafts = sum(s.draft_forwards for r in sps.results for s in r.steps)
+    assert st["dfw"] == pytest.approx(drafts / steps) and 2 <= st["dfw"] <= 4
+    assert st["width"] == pytest.approx(sum(s.target_tokens for r in sps.results for s in r.steps) / steps)
+    van = decisions.stats(real["vanilla"].results)
+    assert van["eta"] == 1.0 and van["width"] == 1.0 and "dfw" not in van
 
 
 def test_fit_and_evaluation_prompts_never_overlap():
