@@ -58,6 +58,7 @@ class TokenModel(Protocol):
 INDUCTION_MAX = 16  # longest suffix match match-length copying looks for (tokens)
 FORGIVE_CTX = 3     # tail tokens (with the wrong token) that decide whether the target reads past it (sim.forgive)
 SURPRISE_MAX = 4    # steps after a token the target would not have written at which copying counts as recovered
+RANK_FILL = 32      # common tokens that fill a simulated forward's top-k after the contexts' continuations (ranked)
 TOP = 3             # continuations the back-off table keeps per context (the top one and two runner-ups)
 CONTENT_LEN = 3     # last tokens that decide whether the draft agrees (content-bound mismatches)
 
@@ -177,6 +178,7 @@ class NGramLM:
         self.table = ngram_table(c.corpus, c.vocab, c.order, TOP, c.pieces, tokenizer_dir)
         self._corpus_key = (c.corpus, c.vocab, c.pieces, tokenizer_dir)
         self._backoff: dict[tuple[int, ...], tuple[int, ...]] = {}  # last `order` tokens -> candidates (() = none)
+        self._frequent: tuple[int, ...] | None = None
         self.step: Callable[[LMState, int], LMState] = self._fast_step()
         self.predict: Callable[[LMState], int] = self._fast_predict()
 
@@ -270,11 +272,22 @@ class NGramLM:
         """The continuations a real LM's top-k holds after this tail, best first: the longest matching context's
         (what `candidates` gives), then each shorter context's that are not yet listed, down to the last token's.
         A real model's runner-ups are the plausible next tokens of its shorter contexts too, not only of the one
-        it decides on (Token Recycling reads them: docs/simulator.md)."""
+        it decides on (Token Recycling reads them: docs/simulator.md). Then the corpus' most frequent tokens: a real
+        top-k is always full, so a Token Recycling row holds k candidates and its tree is as wide as a real one's."""
         table, out = self.table, []
         for n in range(min(self.order, len(tail)), 0, -1):
             out += [c for c in table.get(tail[-n:], ()) if c not in out]
-        return out or list(self.candidates(tail))
+        out = out or list(self.candidates(tail))
+        # a real forward's top-k is always full (k of a whole vocabulary): the rest of it are common tokens
+        return out + [c for c in self.frequent if c not in out]
+
+    @property
+    def frequent(self) -> tuple[int, ...]:
+        """The corpus' RANK_FILL most frequent ordinary tokens, most frequent first: the tail of `ranked`."""
+        if self._frequent is None:
+            counts = Counter(t for t in self.corpus.ids if 0 < t < self.plain_vocab)
+            self._frequent = tuple(t for t, _ in counts.most_common(RANK_FILL))
+        return self._frequent
 
     def choice_key(self, state: LMState) -> tuple[Any, ...]:
         """What the varied choices (copy or not, which runner-up) hash: the position (in blocks of `pos_grain`

@@ -159,9 +159,26 @@ def test_simulated_top_k_holds_the_shorter_contexts_continuations():
     longer = 0
     for tail in tails:
         ranked = lm.ranked(tail)
+        contexts = list(dict.fromkeys(c for n in range(lm.order, 0, -1) for c in lm.table.get(tail[-n:], ())))
         assert ranked[:len(lm.candidates(tail))] == list(lm.candidates(tail))
-        assert len(ranked) == len(set(ranked))
-        for n in range(1, lm.order + 1):
-            assert set(lm.table.get(tail[-n:], ())) <= set(ranked)
-        longer += len(ranked) > len(lm.candidates(tail))
+        assert ranked[:len(contexts)] == contexts and len(ranked) == len(set(ranked))
+        longer += len(contexts) > len(lm.candidates(tail))
     assert tails and longer > len(tails) // 2
+
+
+def test_simulated_top_k_is_always_full():
+    """A real forward's top-k is k tokens of a whole vocabulary, so a real Token Recycling row always holds k
+    candidates; the surrogate's ranking goes on after the contexts' continuations with the corpus' most frequent
+    tokens (most frequent first), so a simulated row is full too and the drafted tree is as wide as a real one."""
+    from simulators.simconfig import SimConfig
+    from simulators.surrogate import RANK_FILL, NGramLM
+
+    lm = NGramLM(SimConfig())
+    assert len(lm.frequent) == RANK_FILL >= 8 and all(0 < t < lm.plain_vocab for t in lm.frequent)
+    counts = __import__("collections").Counter(t for t in lm.corpus.ids if 0 < t < lm.plain_vocab)
+    assert counts[lm.frequent[0]] == max(counts.values())
+    for tail in [k for k in lm.table if len(k) == lm.order][:50] + [(), (lm.plain_vocab - 1,)]:
+        ranked = lm.ranked(tail)
+        own = list(dict.fromkeys(c for n in range(min(lm.order, len(tail)), 0, -1)
+                                 for c in lm.table.get(tail[-n:], ()))) or list(lm.candidates(tail))
+        assert len(ranked) >= RANK_FILL and ranked == own + [c for c in lm.frequent if c not in own]
