@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
+from ouroboros.backends import registry
 from ouroboros.config import RunConfig, strategy_params
 from ouroboros.contracts import ChargesHost
 from ouroboros.harness import (
@@ -85,8 +86,10 @@ class Executor:
         hosts: dict[int, tuple[ChargesHost, dict[str, bool]]] = {}   # modelled clocks: strategy -> served?
         for p in points:
             if self._done(p.id) is None:
-                sess = self.session(p.run)
                 name = p.run.strategy.name
+                if p.run.backend_kind == "sim" and not is_peer(name):   # its token source can decide this strategy
+                    registry.part("sim", "source_check")(p.run.sim, name)
+                sess = self.session(p.run)
                 if isinstance(sess.target, ChargesHost) and not is_peer(name):
                     served = hosts.setdefault(id(sess.target), (sess.target, {}))[1]
                     served[name] = served.get(name, True) and bool(p.run.serve.concurrency)

@@ -1,4 +1,4 @@
-"""`python -m simulators {calibrate,check} JOB | bench | write-options`: the simulator's commands, one tree.
+"""`python -m simulators {calibrate,check} JOB | trace | bench | write-options`: the simulator's commands, one tree.
 
 calibrate (writes profiles):
   clock       time a real backend over k x ctx, fit the cost model, write a hardware profile (calibration/cost.py)
@@ -13,6 +13,7 @@ check (compares predictions with measurements; writes no profile):
   paper, sensitivity, copy-rate, closed-form   against published figures and closed forms (checks/paper.py)
   decisions   real vs simulated decision statistics on held-out prompts (checks/decisions.py)
   clock       record real runs, replay them on the simulator: real vs modelled time (checks/clock.py)
+trace        a real run's outputs as a replay trace: pld, suffix, REST replay exactly at any settings (replay.py)
 bench {speed,grid}     how fast the simulator itself runs (bench.py)
 write-options [--check]  conf/sim/default.yaml and docs/simulator.md's options table from SimConfig (write_options.py)
 
@@ -25,7 +26,7 @@ import sys
 
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import cli
-from simulators import bench, write_options
+from simulators import bench, replay, write_options
 from simulators.calibration import bands, cost, measured, prior, proposers
 from simulators.calibration import decisions as fit_decisions
 from simulators.checks import clock, paper
@@ -56,7 +57,7 @@ CHECK = (
 
 def parser() -> ArgumentParser:
     ap = ArgumentParser(prog="python -m simulators", description=__doc__.splitlines()[0])
-    groups = ap.add_subparsers(dest="group", required=True, metavar="{calibrate,check,bench,write-options}")
+    groups = ap.add_subparsers(dest="group", required=True, metavar="{calibrate,check,trace,bench,write-options}")
     for group, jobs, what in (("calibrate", CALIBRATE, "write profiles"),
                               ("check", CHECK, "compare predictions with measurements")):
         sub = groups.add_parser(group, help=what).add_subparsers(dest="job", required=True,
@@ -66,6 +67,8 @@ def parser() -> ArgumentParser:
             add_args(p)
             p.set_defaults(run=run)
     for name, help_, add_args, run in (
+            ("trace", "a real run's outputs as a replay trace (context-only strategies)", replay.add_args,
+             replay.main),
             ("bench", "how fast the simulator itself runs", bench.add_args, bench.main),
             ("write-options", "conf/sim/default.yaml and the options table from SimConfig", write_options.add_args,
              write_options.main)):

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from ouroboros.contracts import OuroborosError
 from simulators.profiles import conf_root
 
 # dataset kind -> task, for datasets that are one task
@@ -111,12 +112,22 @@ def other_format(fit: dict[str, Any], dataset: dict[str, Any] | None) -> bool:
     return bool(fitted and dataset is not None and prompt_format(dataset) != prompt_format(fitted))
 
 
+def _outputs_only(trace: Any) -> bool:
+    from simulators.replay import outputs_only
+
+    try:
+        return bool(trace) and outputs_only(str(trace))
+    except OuroborosError:   # a missing trace is refused where the pair loads
+        return False
+
+
 def decision_source(sim: dict[str, Any], dataset: dict[str, Any] | None = None) -> dict[str, Any]:
     """{kind, name, fitted_to}: who decides the simulated tokens (see the module doc); `other_format` when the
     profile's recordings rendered their prompts otherwise than `dataset` does."""
     tokens = sim.get("tokens", "surrogate")
     if tokens == "replay":
-        return {"kind": "recorded", "name": str(sim.get("trace")), "fitted_to": "a replayed real trace"}
+        return {"kind": "recorded", "name": str(sim.get("trace")), "fitted_to": "a replayed real trace"
+                + (" of outputs only: exact for context-only drafters" if _outputs_only(sim.get("trace")) else "")}
     if tokens == "proxy":
         m = sim.get("proxy_model") or {}
         return {"kind": "proxy", "name": str(m.get("name") or m.get("kind")),

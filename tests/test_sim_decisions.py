@@ -443,3 +443,45 @@ def test_bands_from_a_sweeps_records_score_each_sweeps_held_out_prompts(swept, t
         bands.records_cells([f"synthetic={out}:p"], lines.append)
     with pytest.raises(OuroborosError, match="TASK=FILE:PROFILE"):
         bands.records_cells(["synthetic"], lines.append)
+
+
+def test_a_runs_outputs_replay_prompt_lookup_exactly_and_refuse_a_draft_model(swept, tmp_path):
+    """`simulators trace`: the vanilla point's outputs as a trace. Prompt lookup's drafts depend on the context
+    only, so its replay makes the real pld point's decisions forward for forward (the same steps per prompt and
+    the same outputs); speculative would read filler answers for its draft model and is refused in one line."""
+    import json
+
+    from ouroboros.decode import decode
+    from ouroboros.strategies import build_proposer
+    from simulators import replay
+    from simulators.pair import check_source
+
+    doc = replay.outputs_trace(str(swept), "vanilla", "synthetic", "tiny", prompts=tiny_prompts)
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(doc))
+    assert doc["meta"]["source"] == "outputs" and replay.outputs_only(str(path))
+    recs = {r["label"]: r for r in map(json.loads, swept.read_text().splitlines()) if r.get("kind") != "prompt_result"}
+    lines = [r["prompt"] for r in map(json.loads, swept.read_text().splitlines()) if r.get("kind") == "prompt_result"
+             and r["of_point"] == recs["pld"]["point_id"]]
+    sim = {"tokens": "replay", "trace": str(path)}
+    pair = make_pair(dict(load_conf("model", "qwen_coder")), dict(load_conf("hardware", "h100")), sim)
+    prop = build_proposer("pld", {}, pair.target)
+    assert [p["id"] for p in doc["prompts"]] == [ln["prompt_id"] for ln in lines]
+    for p, real in zip(doc["prompts"], lines, strict=True):
+        res = decode(pair.target, prop, p["ids"], 12, tuple(doc["eos_ids"]), prompt_id=p["id"])
+        assert res.output == real["output"] and len(res.steps) == len(real["steps"])
+    check_source(sim, "pld")
+    check_source(sim, "suffix")
+    with pytest.raises(OuroborosError, match="holds only a real run's outputs: strategy 'speculative'"):
+        check_source(sim, "speculative")
+    with pytest.raises(OuroborosError, match="no finished real greedy point 'nope'"):
+        replay.outputs_trace(str(swept), "nope", "synthetic", "tiny", prompts=tiny_prompts)
+
+
+def test_trace_bad_input_is_one_line_and_writes_nothing(swept, tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert sim_main(["trace", "--records", str(tmp_path / "none.jsonl"), "--out", str(out)]) == 2
+    assert sim_main(["trace", "--records", str(swept), "--point", "nope", "--model", "tiny", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("error: ") for e in err) and "no records at" in err[0]
+    assert "no finished real greedy point 'nope'" in err[1] and not out.exists()

@@ -35,6 +35,7 @@ BACKENDS: dict[str, BackendKind] = {
         "decisions": "simulators.trust:record_decisions",        # (sim, strategy, dataset) -> a record's `decisions`
         "serving_fit": "simulators.pair:check_serving_fit",      # a served point's weights + KV caches fit
         "setup": "simulators.pair:pair_setup",                   # (model, hardware, sim): load-time checks, no tokens
+        "source_check": "simulators.pair:check_source",          # (sim, strategy): the token source decides it
         "default_profile": "simulators.trust:with_default_profile",   # the dataset task's calibration profile
         "notes": "simulators.trust:source_notes",                # a simulated run's `note:` lines on its decisions
         "rest_stand_in": "simulators.stand_in:rest_stand_in",    # (sim, model) -> REST's datastore if a run has none

@@ -43,6 +43,10 @@ class StrategySpec:
     def tree_models(self) -> tuple[str, ...]:
         return tuple(self.proposer.tree_models)
 
+    @property
+    def context_only(self) -> bool:
+        return bool(getattr(self.proposer, "context_only", False))
+
 
 REGISTRY: dict[str, StrategySpec] = {
     "vanilla": StrategySpec(VanillaConfig, VanillaProposer),

@@ -35,6 +35,8 @@ class ModelFreeProposer:
 
     tree_models: tuple[str, ...] = ()
     reads_logits = False
+    context_only = False  # True: its drafts depend on the prompt and the accepted tokens only (no model's other
+    #                       predictions), so a trace of a run's outputs replays it exactly (simulators.replay)
 
     def __init__(self) -> None:
         self.counters = Counters()

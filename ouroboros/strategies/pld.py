@@ -53,6 +53,7 @@ def lookup_continuation(tokens: np.ndarray, max_ngram: int, min_ngram: int, num_
 
 class PLDProposer(ModelFreeProposer):
     needs_draft_model = False
+    context_only = True
 
     def __init__(self, cfg: PLDConfig, target=None, draft=None):
         super().__init__()

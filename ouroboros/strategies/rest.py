@@ -65,6 +65,7 @@ def _load(path: str) -> Datastore:
 
 class RestProposer(ModelFreeProposer):
     needs_draft_model = False
+    context_only = True
     tree_models: tuple[str, ...] = ("target",)
 
     def __init__(self, cfg: RestConfig, target: Backend | None = None, draft=None):

@@ -344,6 +344,7 @@ def read_cache(path: str, meta: dict[str, Any]) -> list[list[int]]:
 # ---------------------------------------------------------------------------------------------- the proposer
 class SuffixProposer(ModelFreeProposer):
     needs_draft_model = False
+    context_only = True
     tree_models: tuple[str, ...] = ("target",)
 
     def __init__(self, cfg: SuffixConfig, target: Backend | None = None, draft=None):

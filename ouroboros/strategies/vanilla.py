@@ -15,6 +15,7 @@ class VanillaConfig:
 
 class VanillaProposer(ModelFreeProposer):
     needs_draft_model = False
+    context_only = True
 
     def __init__(self, cfg: VanillaConfig | None = None, target=None, draft=None):
         super().__init__()
