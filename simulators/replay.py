@@ -167,7 +167,7 @@ def load_trace(path: str) -> dict[str, Any]:
 
 
 def outputs_trace(path: str, point: str = "vanilla", dataset: str | None = None, model: str = "qwen_coder",
-                  tokenizer_dir: str | None = None, prompts=None) -> dict[str, Any]:
+                  tokenizer_dir: str | None = None, prompts=None, ids: list[str] | None = None) -> dict[str, Any]:
     """A trace doc (save with json) of the target's greedy outputs in a real run's records: point `point`'s (the
     label; several sweeps of it on other prompts join, a prompt's first output wins) on dataset kind `dataset`
     (None: the file must hold one). Each context along prompt + output answers the output's next token; nothing
@@ -175,7 +175,8 @@ def outputs_trace(path: str, point: str = "vanilla", dataset: str | None = None,
     context (`context_only`: pld, suffix, REST), at ANY of its settings and under any clock; other strategies
     need predictions off that path and are refused (record them with `simulators check clock`). The prompts are
     rendered again from the record's dataset config with the pair's tokenizer (`prompts(dataset config, seed)`
-    overrides: decisions.real_prompts's signature). meta.source = "outputs" marks such a trace."""
+    overrides: decisions.real_prompts's signature); `ids`: only these prompts. meta.source = "outputs" marks such a
+    trace."""
     from ouroboros.sinks import RecordFile, read_records
     from simulators.decisions import real_prompts, same_pair
     from simulators.profiles import load_conf
@@ -204,7 +205,7 @@ def outputs_trace(path: str, point: str = "vanilla", dataset: str | None = None,
     for rec in chosen:
         done = RecordFile(path).finished_prompts(rec["point_id"])
         for p in render(rec["config"]["dataset"], int(rec["config"].get("seed", 0))):
-            if p.id not in done or p.id in seen:
+            if p.id not in done or p.id in seen or (ids is not None and p.id not in ids):
                 continue
             seen.add(p.id)
             d = done[p.id]
@@ -218,8 +219,10 @@ def outputs_trace(path: str, point: str = "vanilla", dataset: str | None = None,
                 table[st] = t
                 st = (st[0] + 1, mix(st[1], t))
             out.append({"id": p.id, "ids": list(p.ids), "max_new_tokens": len(output)})
-    if not out:
-        raise OuroborosError(f"--records {path!r}: point {point!r} finished no prompt the dataset config renders")
+    if not out or (ids is not None and len(out) < len(set(ids))):
+        missing = sorted(set(ids or ()) - seen)
+        raise OuroborosError(f"--records {path!r}: point {point!r} has no finished output for "
+                             + (f"prompt(s) {', '.join(missing)}" if missing else "any prompt its dataset renders"))
     cfg = chosen[0]["config"]
     meta = {"source": "outputs", "records": path, "point": point, "dataset": cfg["dataset"]["kind"],
             "model": model, "dtype": (cfg.get("backend") or {}).get("dtype")}
@@ -240,6 +243,7 @@ def add_args(ap) -> None:
     ap.add_argument("--out", required=True, help="the trace file to write (JSON)")
     ap.add_argument("--point", default="vanilla", help="the point whose outputs to take (its label; default vanilla)")
     ap.add_argument("--dataset", default=None, help="the dataset kind, when the file holds several")
+    ap.add_argument("--ids", default=None, help="comma-separated prompt ids to keep (default: every one)")
     ap.add_argument("--model", default="qwen_coder", help="the real pair (conf/model/<name>.yaml)")
     ap.add_argument("--tokenizer", default=None, help="the pair's tokenizer dir (default: the fetched one)")
 
@@ -248,7 +252,8 @@ def main(a) -> int:
     from ouroboros.paths import check_writable
 
     check_writable(a.out, "--out")
-    doc = outputs_trace(a.records, a.point, a.dataset, a.model, a.tokenizer)
+    ids = [i.strip() for i in a.ids.split(",") if i.strip()] if a.ids else None
+    doc = outputs_trace(a.records, a.point, a.dataset, a.model, a.tokenizer, ids=ids)
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(doc, f)
     n, toks = len(doc["prompts"]), sum(p["max_new_tokens"] for p in doc["prompts"])

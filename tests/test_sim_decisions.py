@@ -476,6 +476,11 @@ def test_a_runs_outputs_replay_prompt_lookup_exactly_and_refuse_a_draft_model(sw
         check_source(sim, "speculative")
     with pytest.raises(OuroborosError, match="no finished real greedy point 'nope'"):
         replay.outputs_trace(str(swept), "nope", "synthetic", "tiny", prompts=tiny_prompts)
+    one = [doc["prompts"][1]["id"]]
+    assert [p["id"] for p in replay.outputs_trace(str(swept), "vanilla", "synthetic", "tiny", prompts=tiny_prompts,
+                                                  ids=one)["prompts"]] == one
+    with pytest.raises(OuroborosError, match="no finished output for prompt.s. zz"):
+        replay.outputs_trace(str(swept), "vanilla", "synthetic", "tiny", prompts=tiny_prompts, ids=[*one, "zz"])
 
 
 def test_trace_bad_input_is_one_line_and_writes_nothing(swept, tmp_path, capsys):
