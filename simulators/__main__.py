@@ -13,7 +13,7 @@ check (compares predictions with measurements; writes no profile):
   paper, sensitivity, copy-rate, closed-form   against published figures and closed forms (checks/paper.py)
   decisions   real vs simulated decision statistics on held-out prompts (checks/decisions.py)
   clock       record real runs, replay them on the simulator: real vs modelled time (checks/clock.py)
-trace        a real run's outputs as a replay trace: pld, suffix, REST replay exactly at any settings (replay.py)
+trace        a real run's outputs as a replay trace: pld, suffix, REST replay exactly at any settings (trace_outputs.py)
 bench {speed,grid}     how fast the simulator itself runs (bench.py)
 write-options [--check]  conf/sim/default.yaml and docs/simulator.md's options table from SimConfig (write_options.py)
 
@@ -26,7 +26,7 @@ import sys
 
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import cli
-from simulators import bench, replay, write_options
+from simulators import bench, trace_outputs, write_options
 from simulators.calibration import bands, cost, measured, prior, proposers
 from simulators.calibration import decisions as fit_decisions
 from simulators.checks import clock, paper
@@ -67,8 +67,8 @@ def parser() -> ArgumentParser:
             add_args(p)
             p.set_defaults(run=run)
     for name, help_, add_args, run in (
-            ("trace", "a real run's outputs as a replay trace (context-only strategies)", replay.add_args,
-             replay.main),
+            ("trace", "a real run's outputs as a replay trace (context-only strategies)", trace_outputs.add_args,
+             trace_outputs.main),
             ("bench", "how fast the simulator itself runs", bench.add_args, bench.main),
             ("write-options", "conf/sim/default.yaml and the options table from SimConfig", write_options.add_args,
              write_options.main)):

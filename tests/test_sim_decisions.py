@@ -453,10 +453,10 @@ def test_a_runs_outputs_replay_prompt_lookup_exactly_and_refuse_a_draft_model(sw
 
     from ouroboros.decode import decode
     from ouroboros.strategies import build_proposer
-    from simulators import replay
+    from simulators import replay, trace_outputs
     from simulators.pair import check_source
 
-    doc = replay.outputs_trace(str(swept), "vanilla", "synthetic", "tiny", prompts=tiny_prompts)
+    doc = trace_outputs.outputs_trace(str(swept), "vanilla", "synthetic", "tiny", prompts=tiny_prompts)
     path = tmp_path / "outputs.json"
     path.write_text(json.dumps(doc))
     assert doc["meta"]["source"] == "outputs" and replay.outputs_only(str(path))
@@ -475,12 +475,12 @@ def test_a_runs_outputs_replay_prompt_lookup_exactly_and_refuse_a_draft_model(sw
     with pytest.raises(OuroborosError, match="holds only a real run's outputs: strategy 'speculative'"):
         check_source(sim, "speculative")
     with pytest.raises(OuroborosError, match="no finished real greedy point 'nope'"):
-        replay.outputs_trace(str(swept), "nope", "synthetic", "tiny", prompts=tiny_prompts)
+        trace_outputs.outputs_trace(str(swept), "nope", "synthetic", "tiny", prompts=tiny_prompts)
     one = [doc["prompts"][1]["id"]]
-    assert [p["id"] for p in replay.outputs_trace(str(swept), "vanilla", "synthetic", "tiny", prompts=tiny_prompts,
-                                                  ids=one)["prompts"]] == one
+    kept = trace_outputs.outputs_trace(str(swept), "vanilla", "synthetic", "tiny", prompts=tiny_prompts, ids=one)
+    assert [p["id"] for p in kept["prompts"]] == one
     with pytest.raises(OuroborosError, match="no finished output for prompt.s. zz"):
-        replay.outputs_trace(str(swept), "vanilla", "synthetic", "tiny", prompts=tiny_prompts, ids=[*one, "zz"])
+        trace_outputs.outputs_trace(str(swept), "vanilla", "synthetic", "tiny", prompts=tiny_prompts, ids=[*one, "zz"])
 
 
 def test_trace_bad_input_is_one_line_and_writes_nothing(swept, tmp_path, capsys):
