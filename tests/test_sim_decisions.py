@@ -204,6 +204,11 @@ def test_calibrate_and_check_read_a_sweeps_records(swept, tmp_path, monkeypatch,
                                       records=str(swept), sim=None, tokenizer=None)) == 0
     out = capsys.readouterr().out
     assert "pld [2 prompts, real/sim]: eta" in out and "speculative [2 prompts, real/sim]: eta" in out
+    assert check.main(SimpleNamespace(model="qwen_coder", dataset="synthetic", max_new_tokens=12, dir=None,
+                                      records=str(swept), sim=None, tokenizer=None, prompts="all")) == 0
+    out = capsys.readouterr().out   # records of prompts no profile saw: every one is held out
+    assert "every prompt, sim=default" in out and "pld [4 prompts, real/sim]: eta" in out
+    assert "prompt-sampling reference" not in out
     with pytest.raises(OuroborosError, match="not both"):
         check.main(SimpleNamespace(model="qwen_coder", dataset="synthetic", max_new_tokens=12, dir="x",
                                    records=str(swept), sim=None, tokenizer=None))
