@@ -105,14 +105,14 @@ def pair_setup(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, A
 def check_source(sim: dict[str, Any] | SimConfig | None, strategy: str) -> None:
     """A trace of a run's outputs only (`simulators trace`) decides exactly the strategies whose drafts depend on
     the context alone; any other would read filler answers off the output path as if they were the target's."""
-    from ouroboros.strategies import get_spec
+    from ouroboros.strategies import REGISTRY, get_spec
     from simulators.replay import outputs_only
 
     opts = sim_options(sim)
     if opts.tokens != "replay" or not opts.trace or getattr(get_spec(strategy), "context_only", False):
         return
     if outputs_only(str(opts.trace)):
-        ok = ", ".join(n for n in ("vanilla", "pld", "suffix", "rest") if getattr(get_spec(n), "context_only", 0))
+        ok = ", ".join(n for n, spec in REGISTRY.items() if spec.context_only)
         raise OuroborosError(f"sim.trace {opts.trace} holds only a real run's outputs: strategy {strategy!r} drafts "
                              "from predictions off them (a draft model's, the target's Jacobi or top-k ones); it "
                              f"replays {ok}; record {strategy} with `python -m simulators check clock`")

@@ -18,7 +18,9 @@ Knows nothing of costs or strategies.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 from typing import Any
 
@@ -167,7 +169,17 @@ def load_trace(path: str) -> dict[str, Any]:
 
 
 def outputs_only(path: str) -> bool:
-    """Whether the trace at `path` holds only a run's outputs (`outputs_trace`)."""
+    """Whether the trace at `path` holds only a run's outputs (`trace_outputs`). Read once per file version: every
+    point's check and every record's decision source ask, and a recorded trace can be megabytes."""
+    try:
+        return _outputs_only(path, os.stat(path).st_mtime_ns)
+    except FileNotFoundError:
+        load_trace(path)   # its one-line error
+        raise
+
+
+@functools.lru_cache(maxsize=16)
+def _outputs_only(path: str, mtime_ns: int) -> bool:
     return load_trace(path).get("meta", {}).get("source") == "outputs"
 
 
