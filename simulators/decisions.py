@@ -123,26 +123,12 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
     prompts are rendered again (default: `load_prompts` with the pair's tokenizer)."""
     from ouroboros.harness import WARMUP_TOKENS as SWEEP_WARMUP
     from ouroboros.metrics import StepRecord
-    from ouroboros.sinks import RecordFile, read_records
+    from ouroboros.sinks import RecordFile
 
-    if not os.path.isfile(path):
-        raise OuroborosError(f"--records {path!r}: no such file")
-    records = [r for r in read_records(path) if r.get("backend") != "sim" and not r.get("sampled")]
-    kinds = sorted({r["config"]["dataset"]["kind"] for r in records})
-    if dataset is None and len(kinds) > 1:
-        raise OuroborosError(f"--records {path!r} holds real runs on {', '.join(kinds)}: name one with --dataset")
-    chosen = [r for r in records if dataset is None or r["config"]["dataset"]["kind"] == dataset]
-    chosen = [r for r in chosen if r["strategy"] != "vanilla" and not r["strategy"].startswith("hf_")]
-    if not chosen:
-        raise OuroborosError(f"--records {path!r}: no finished real greedy point of a simulated strategy"
-                             + (f" on dataset {dataset!r}" if dataset else "") + " (vanilla and hf_* peers do "
-                             "not count; a sweep still running writes a point's record when it finishes)")
-    pair = load_conf("model", model)
-    for rec in chosen:
-        if not same_pair(rec["config"].get("model") or {}, pair):
-            got = (rec["config"].get("model") or {}).get("kind")
-            raise OuroborosError(f"--records {path!r}: point {rec['label']} ran the {got!r} pair, not --model "
-                                 f"{model} ({pair.get('kind')!r}): fit and check a pair on its own records")
+    chosen = real_points(path, model, dataset,
+                         lambda r: r["strategy"] != "vanilla" and not r["strategy"].startswith("hf_"),
+                         "of a simulated strategy", " (vanilla and hf_* peers do not count; a sweep still running "
+                         "writes a point's record when it finishes)")
     if prompts is None:
         prompts = real_prompts(model, tokenizer_dir)
     latest = {rec["point_id"]: rec for rec in chosen}   # the last record of a point wins (a re-measured point)
@@ -177,6 +163,33 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
             run.prompts.append(list(p.ids))
             run.groups.append(group)
     return runs
+
+
+def real_points(path: str, model: str, dataset: str | None, keep, what: str, why: str = "") -> list[dict[str, Any]]:
+    """The records of a records file's real (wall-clock) greedy points on dataset kind `dataset` (None: the file
+    must hold one) that `keep(record)` accepts; none, another pair's, or several kinds unnamed: one-line errors
+    (`what` names the points wanted in the first, `why` says what does not count)."""
+    from ouroboros.sinks import read_records
+
+    if not os.path.isfile(path):
+        raise OuroborosError(f"--records {path!r}: no such file")
+    records = [r for r in read_records(path) if r.get("backend") != "sim" and not r.get("sampled")]
+    kinds = sorted({r["config"]["dataset"]["kind"] for r in records})
+    if dataset is None and len(kinds) > 1:
+        raise OuroborosError(f"--records {path!r} holds real runs on {', '.join(kinds)}: name one with --dataset")
+    on = [r for r in records if dataset is None or r["config"]["dataset"]["kind"] == dataset]
+    chosen = [r for r in on if keep(r)]
+    if not chosen:
+        have = ", ".join(sorted({r["label"] for r in on})) or "none"
+        raise OuroborosError(f"--records {path!r}: no finished real greedy point {what}"
+                             + (f" on dataset {dataset!r}" if dataset else "") + (why or f" (points: {have})"))
+    pair = load_conf("model", model)
+    for rec in chosen:
+        if not same_pair(rec["config"].get("model") or {}, pair):
+            got = (rec["config"].get("model") or {}).get("kind")
+            raise OuroborosError(f"--records {path!r}: point {rec['label']} ran the {got!r} pair, not --model "
+                                 f"{model} ({pair.get('kind')!r}): fit and check a pair on its own records")
+    return chosen
 
 
 def same_pair(recorded: dict[str, Any], model: dict[str, Any]) -> bool:

@@ -23,26 +23,10 @@ def outputs_trace(path: str, point: str = "vanilla", dataset: str | None = None,
     rendered again from the record's dataset config with the pair's tokenizer (`prompts(dataset config, seed)`
     overrides: decisions.real_prompts's signature); `ids`: only these prompts. meta.source = "outputs" marks such a
     trace."""
-    from ouroboros.sinks import RecordFile, read_records
-    from simulators.decisions import real_prompts, same_pair
-    from simulators.profiles import load_conf
+    from ouroboros.sinks import RecordFile
+    from simulators.decisions import real_points, real_prompts
 
-    records = [r for r in read_records(path) if r.get("backend") != "sim" and not r.get("sampled")]
-    kinds = sorted({r["config"]["dataset"]["kind"] for r in records})
-    if dataset is None and len(kinds) > 1:
-        raise OuroborosError(f"--records {path!r} holds real runs on {', '.join(kinds)}: name one with --dataset")
-    chosen = [r for r in records if r["label"] == point and (dataset is None or r["config"]["dataset"]["kind"] ==
-                                                              dataset)]
-    if not chosen:
-        have = sorted({r["label"] for r in records if dataset is None or r["config"]["dataset"]["kind"] == dataset})
-        raise OuroborosError(f"--records {path!r}: no finished real greedy point {point!r}"
-                             + (f" on dataset {dataset!r}" if dataset else "")
-                             + f" (points: {', '.join(have) or 'none'})")
-    pair = load_conf("model", model)
-    for rec in chosen:
-        if not same_pair(rec["config"].get("model") or {}, pair):
-            raise OuroborosError(f"--records {path!r}: point {point} ran the "
-                                 f"{(rec['config'].get('model') or {}).get('kind')!r} pair, not --model {model}")
+    chosen = real_points(path, model, dataset, lambda r: r["label"] == point, repr(point))
     render = prompts or real_prompts(model, tokenizer_dir)
     table: dict[tuple[int, int], int] = {}
     out: list[dict[str, Any]] = []

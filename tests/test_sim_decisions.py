@@ -493,5 +493,5 @@ def test_trace_bad_input_is_one_line_and_writes_nothing(swept, tmp_path, capsys)
     assert sim_main(["trace", "--records", str(tmp_path / "none.jsonl"), "--out", str(out)]) == 2
     assert sim_main(["trace", "--records", str(swept), "--point", "nope", "--model", "tiny", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all(e.startswith("error: ") for e in err) and "no records at" in err[0]
+    assert len(err) == 2 and all(e.startswith("error: ") for e in err) and "no such file" in err[0]
     assert "no finished real greedy point 'nope'" in err[1] and not out.exists()
