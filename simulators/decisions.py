@@ -36,6 +36,7 @@ from ouroboros.strategies import build_proposer, get_spec
 from simulators.pair import make_pair
 from simulators.profiles import load_conf
 from simulators.replay import WARMUP_TOKENS, load_trace, trace_name, trace_prompts, warm_up
+from simulators.surrogate import LOOP_PERIOD, extends_loop
 
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
 SIM_SEEDS = 3                    # the simulated side pools its prompt results over this many surrogate seeds: a
@@ -222,6 +223,29 @@ def unrecorded_notes(real: dict[str, RealRun]) -> list[str]:
             for run in real.values() if run.unrecorded]
 
 
+def repeat_share(outputs: list[list[int]]) -> float:
+    """The share of output tokens that start or continue a third back-to-back copy of a span of up to LOOP_PERIOD
+    tokens (what sim.loop_guard never writes; a real LM's greedy text rarely does: docs/simulator.md)."""
+    n = sum(len(o) for o in outputs)
+    hits = sum(extends_loop(tuple(reversed(o[max(0, i - 3 * LOOP_PERIOD): i])), o[i])
+               for o in outputs for i in range(1, len(o)))
+    return hits / n if n else 0.0
+
+
+def self_repeat(outputs: list[list[int]], n: int = 8) -> float:
+    """The share of each output's n-grams that occurred earlier in the same output (how much a text repeats itself;
+    back-to-back loops are `repeat_share`'s)."""
+    seen_all = hits = 0
+    for o in outputs:
+        seen: set[tuple[int, ...]] = set()
+        for i in range(len(o) - n + 1):
+            g = tuple(o[i:i + n])
+            hits += g in seen
+            seen.add(g)
+            seen_all += 1
+    return hits / seen_all if seen_all else 0.0
+
+
 def stats(results: list[PromptResult]) -> dict[str, float]:
     """The decision statistics of a set of prompt results (one definition for both sides)."""
     tot = RunResult("x", results).totals()
@@ -238,6 +262,9 @@ def stats(results: list[PromptResult]) -> dict[str, float]:
         if tot["draft_forwards"]:
             out["dfw"] = tot["draft_forwards"] / len(steps)
         out["width"] = sum(s.target_tokens for s in steps) / len(steps)
+    if results:
+        out["repeat"] = repeat_share([r.output for r in results])
+        out["self8"] = self_repeat([r.output for r in results])
     for k, v in pool_rates(ps).items():
         if k.endswith("hit_rate"):  # "hit_rate" (the strategy's pool / datastore), "draft.hit_rate", ...
             out["hit:" + (k[: -len("hit_rate")].rstrip(".:_") or "pool")] = v
@@ -401,6 +428,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         for k in keys:
             e = rel(s.get(k), r[k])
             cells.append(f"{k} {r[k]:.2f}/{s.get(k, float('nan')):.2f}" + (f" ({e:+.0%})" if e is not None else ""))
+        for k in ("repeat", "self8"):   # shares near 0: shown as they are, not as relative errors
+            if k in r:
+                cells.append(f"{k} {r[k]:.3f}/{s.get(k, float('nan')):.3f}")
         lines.append(f"{row['run']} [{row['prompts']} prompts, real/sim]: " + "; ".join(cells))
     return "\n".join(lines)
 

@@ -113,6 +113,9 @@ class SimConfig:
     local_ctx: int = opt(3, "text", "... that many last tokens", lo=1, hi="order")
     local_novel: bool = opt(False, "text", "... only where those tokens are new in the context, so the text never "
                             "loops (a recurring context follows the other rules)")
+    loop_guard: bool = opt(False, "text", "the target never writes a span of up to 16 tokens a third time back to "
+                           "back: real greedy text does not cycle (0.5% of the real pair's tokens; docs/simulator.md); "
+                           "off where a profile was fitted before it (the prior, its recordings not refitted since)")
     forgive: float = opt(0.0, "text", "how often the target reads a token it would not have written (a wrong draft or "
                          "Jacobi guess) as its own and goes on as it would have (0: off): the real pair's Jacobi "
                          "guesses stay right after a wrong cell", lo=0.0, hi=1.0)

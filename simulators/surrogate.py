@@ -8,8 +8,9 @@ TAIL_LEN tokens, and the slots its copying, surprise and forgiving knobs need).
 - `NGramLM` (the surrogate target): a back-off n-gram table (orders 1..`order`) built from an embedded
   corpus (simulators/corpus.py: Python standard-library source for "code", the interpreter's own help topics
   for "prose"; no download). The greedy choice is the table's top continuation of the longest known suffix,
-  replaced by a runner-up when a hash of the position and the last TAIL_LEN tokens says so, so the text is varied,
-  repeats common phrases (as code does) and does not lock into a loop. Optionally (`p_copy`) it copies from
+  replaced by a runner-up when a hash of the position and the last TAIL_LEN tokens says so, so the text is varied
+  and repeats common phrases (as code does); it never writes a span three times back to back (`extends_loop`: a
+  real LM's greedy text does not cycle). Optionally (`p_copy`) it copies from
   its own context as real LMs do: what followed the last two tokens the last time (simulators/copyrate.py
   measures how often real text does). Its varied choices (runner-up, copy) hash the position and the tail;
   `pos_grain` > 1 hashes the position only in blocks of that many tokens and `choice_ctx` only the last few tail
@@ -61,6 +62,16 @@ SURPRISE_MAX = 4    # steps after a token the target would not have written at w
 RANK_FILL = 32      # common tokens that fill a simulated forward's top-k after the contexts' continuations (ranked)
 TOP = 3             # continuations the back-off table keeps per context (the top one and two runner-ups)
 CONTENT_LEN = 3     # last tokens that decide whether the draft agrees (content-bound mismatches)
+# A real LM's greedy text does not cycle. Of the real Qwen2.5-Coder pair's greedy 128-token tokens, 0.5% (HumanEval,
+# 46 outputs) and 0.1% (MT-Bench, 30) start or continue a third back-to-back copy of a span of up to 16 tokens (the
+# same shares for spans up to 64 or 128); one multi-turn output of 10 looped. The surrogate's short contexts
+# re-decide a recurring context the same way (copying, position-blocked choices): without a guard 54% of its
+# HumanEval tokens did (HumanEval/0-23), 3.7% of its MT-Bench ones. With sim.loop_guard it never writes a third copy
+# (LOOP_EXCESS 1: none of its tokens; allowing a third copy's first token, LOOP_EXCESS 2, left 4.0%). Spans of up
+# to 64 tokens (LOOP_PERIOD 64) fitted the HumanEval recordings worse (docs/simulator.md).
+# `repeat_share` in simulators/decisions.py measures it.
+LOOP_PERIOD = 16
+LOOP_EXCESS = 1
 
 # Hash salts: each of the surrogates' independent decisions hashes its inputs with its own salt, so no two of them
 # are correlated (the runner-up pick hashes (choice key, seed) with none).
@@ -123,6 +134,33 @@ def longest_match(window: tuple[int, ...], cap: int) -> tuple[int, int]:
                 return best, tok
 
 
+def extends_loop(window: tuple[int, ...], token: int) -> bool:
+    """Whether `token` after the context (`window` reversed: the last token first) would continue a span of p <=
+    LOOP_PERIOD tokens repeated back to back LOOP_EXCESS tokens past its second copy (with LOOP_EXCESS 1: start a
+    third copy); only spans whose two copies the window holds (p <= copy_window / 2) are seen.
+
+    Golden: after 1 2 1 (window (1, 2, 1)) the token 2 completes a second copy of "1 2": no loop; after 1 2 1 2
+    (window (2, 1, 2, 1)) the token 1 would start a third: a loop."""
+    head = window[:LOOP_PERIOD]
+    if token not in head:
+        return False
+    n, j = len(window), -1
+    while True:
+        try:
+            j = head.index(token, j + 1)
+        except ValueError:
+            return False
+        p = j + 1                      # the token p places back equals this one
+        need = p + LOOP_EXCESS - 1     # the earlier tokens that must repeat with period p too
+        if need + p > n:
+            continue
+        k = 0
+        while k < need and window[k] == window[k + p]:
+            k += 1
+        if k == need:
+            return True
+
+
 class NGramLM:
     """Back-off n-gram greedy LM configured by the text prior of a `SimConfig` (its fields' docs say what each
     knob models). `p_top`: how often the table's top continuation is taken (else a runner-up, chosen by a hash of
@@ -165,6 +203,7 @@ class NGramLM:
                                  for n in range(1, INDUCTION_MAX + 1))
         self.local_frac, self.local_ctx = c.local_frac, c.local_ctx
         self.local_novel = c.local_novel and c.local_frac > 0
+        self.loop_guard = c.loop_guard
         self.windowed = bool(c.p_copy or c.induction or self.local_novel)  # states carry the window
         self.surprised = bool(c.induction) and c.surprise_copy < 1        # states count calm steps
         self.surprise_copy = c.surprise_copy
@@ -211,7 +250,20 @@ class NGramLM:
         return self.reference_rest(state)
 
     def reference_rest(self, state: LMState) -> int:
-        """The prediction when recall and match-length copying do not fire."""
+        """The prediction when recall and match-length copying do not fire (never one that extends a loop)."""
+        return self.unlooped(state, self._rest_choice(state))
+
+    def unlooped(self, state: LMState, token: int) -> int:
+        """`token`, or where it would extend a loop (`extends_loop`), the first of the tail's `ranked`
+        continuations that does not."""
+        if not self.loop_guard or not state.window or not extends_loop(state.window, token):
+            return token
+        for r in self.ranked(state.tail):
+            if r != token and 0 < r < self.plain_vocab and not extends_loop(state.window, r):
+                return r
+        return token
+
+    def _rest_choice(self, state: LMState) -> int:
         if self.local_frac:
             lk = state.tail[-self.local_ctx:]
             if lk and uniform(hash((lk, self.seed, SALT_LOCAL))) < self.local_frac and not (
@@ -240,7 +292,8 @@ class NGramLM:
         p = self.induction_p[n - 1]
         if self.surprised and n > 1:  # a lone surprising token is still continued as it was before
             p *= self.surprise_s[state.calm]
-        if uniform(hash((state.window[:n], self.seed, SALT_INDUCTION))) < p:
+        if uniform(hash((state.window[:n], self.seed, SALT_INDUCTION))) < p and not (
+                self.loop_guard and extends_loop(state.window, tok)):
             return tok
         return None
 
@@ -455,7 +508,15 @@ class NGramLM:
                 backoff.clear()
             return out
 
-        return predict
+        if not (self.windowed and self.loop_guard):
+            return predict  # no window: nothing to loop over (the tail's hashes vary the text)
+        choice, unlooped = predict, self.unlooped
+
+        def predict_unlooped(state: LMState) -> int:
+            c = choice(state)
+            return unlooped(state, c) if extends_loop(state.window, c) else c
+
+        return predict_unlooped
 
     def prompts(self, n: int, seed: int, min_len: int = 32, max_len: int = 96) -> list[list[int]]:
         """Prompts cut from the corpus: for code, starting at a `def`; each `min_len..max_len` tokens."""

@@ -94,6 +94,29 @@ def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch
         make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), prof)
 
 
+def test_a_refit_keeps_the_start_profiles_loop_guard(recorded, tmp_path, monkeypatch):
+    """sim.loop_guard is a rule of the surrogate, not a searched knob: a fit from a profile that has it on runs with
+    it on and writes it on (a profile refitted without it would silently write looping text again)."""
+    seen = {}
+
+    def fake_fit(real, mapper_, base, **_):
+        seen.update(base=dict(base))
+        return dict(base)
+
+    monkeypatch.setattr(fit, "id_mapper", lambda *a, **k: mapper)
+    monkeypatch.setattr(fit, "fit_profile", fake_fit)
+    a = SimpleNamespace(dir=str(recorded), records=None, dataset=None, model="qwen_coder", name="qwen_coder_test",
+                        task="synthetic", tokenizer=None, out_dir=str(tmp_path), corpus=None,
+                        start="qwen_coder_humaneval_chat", rounds=1, near=1, jobs=1, knobs="p_copy")
+    assert yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval_chat.yaml").read_text())["loop_guard"] is True
+    assert fit.main(a) == 0
+    assert seen["base"]["loop_guard"] is True
+    assert yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())["loop_guard"] is True
+    assert fit.main(SimpleNamespace(**{**vars(a), "start": "qwen_coder_humaneval"})) == 0   # fitted before it: off
+    assert "loop_guard" not in seen["base"]
+    assert "loop_guard" not in yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
+
+
 def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
     """--start PROFILE seeds the search with that profile's knobs (its corpus too), --rounds sets the passes; a bad
     --rounds or an unknown profile is refused before any recording is read."""
@@ -495,3 +518,21 @@ def test_trace_bad_input_is_one_line_and_writes_nothing(swept, tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(e.startswith("error: ") for e in err) and "no such file" in err[0]
     assert "no finished real greedy point 'nope'" in err[1] and not out.exists()
+
+
+def test_repeat_share_counts_the_tokens_of_a_third_back_to_back_copy():
+    """check decisions' `repeat`: 1 2 1 2 | 1 2 -> the last two tokens start and continue a third copy of "1 2"."""
+    from simulators.decisions import repeat_share
+
+    assert repeat_share([[1, 2, 1, 2, 1, 2]]) == 2 / 6
+    assert repeat_share([[1, 2, 3, 1, 2, 3, 4, 5]]) == 0.0       # a span twice is not a loop
+    assert repeat_share([[7, 7, 7, 7], [1, 2, 3, 4]]) == 2 / 8    # "7" a third and a fourth time
+    assert repeat_share([]) == 0.0
+
+
+def test_self_repeat_counts_the_n_grams_an_output_wrote_before():
+    from simulators.decisions import self_repeat
+
+    assert self_repeat([[1, 2, 3, 1, 2, 3]], n=3) == 1 / 4      # (1,2,3) again; (2,3,1), (3,1,2) are new
+    assert self_repeat([[1, 2, 3], [1, 2, 3]], n=3) == 0.0     # per output: another output's n-grams do not count
+    assert self_repeat([[1, 2]], n=3) == 0.0

@@ -130,20 +130,69 @@ def test_golden_copied():
 
 
 def test_copying_surrogate_copies_as_often_as_asked():
-    """With p_copy = 1 every prediction whose last two tokens occurred before repeats what followed them."""
-    from simulators.surrogate import NGramLM, plain_config
+    """With p_copy = 1 every prediction whose last two tokens occurred before repeats what followed them, unless
+    that would start a third back-to-back copy of a span (sim.loop_guard): then it writes something else; without
+    the guard it copies every time and locks into the loop 13 2 5 9."""
+    from simulators.surrogate import NGramLM, extends_loop, plain_config
 
-    lm = NGramLM(plain_config(p_copy=1.0, copy_window=64))
-    st, hits, found = lm.start(), 0, 0
+    lm = NGramLM(plain_config(p_copy=1.0, copy_window=64, loop_guard=True))
+    st, hits, found, guarded = lm.start(), 0, 0, 0
     for t in [5, 9, 13, 2, 5, 9]:
         st = lm.step(st, t)
-    for _ in range(30):
+    out = []
+    for _ in range(60):
         c = NGramLM.copied(st.window)
         nxt = lm.predict(st)
-        found += c is not None
-        hits += c is not None and nxt == c
+        if c is not None and extends_loop(st.window, c):
+            guarded += 1
+            assert nxt != c
+        elif c is not None:
+            found += 1
+            hits += nxt == c
         st = lm.step(st, nxt)
-    assert found == hits == 30  # 5 9 -> 13, then the loop 13 2 5 9 repeats
+        out.append(nxt)
+    assert out[:2] == [13, 2]   # 5 9 -> 13 (what followed 5 9), then 9 13 is new, 13 -> 2 copied ...
+    assert found == hits > 10 and guarded > 0
+    lm = NGramLM(plain_config(p_copy=1.0, copy_window=64))
+    st = lm.start()
+    for t in [5, 9, 13, 2, 5, 9]:
+        st = lm.step(st, t)
+    out = []
+    for _ in range(12):
+        out.append(lm.predict(st))
+        st = lm.step(st, out[-1])
+    assert out == [13, 2, 5, 9] * 3
+
+
+def test_surrogate_text_never_writes_a_span_three_times_back_to_back():
+    """sim.loop_guard (simulators/surrogate.py: LOOP_PERIOD, LOOP_EXCESS): whatever the copying knobs, the target's
+    greedy text holds no span of up to LOOP_PERIOD tokens three times in a row; without it these configurations
+    lock into a cycle (the last assertion)."""
+    from simulators.surrogate import LOOP_PERIOD, NGramLM, plain_config
+
+    for knobs in ({"p_copy": 1.0}, {"induction": 0.9, "induction_decay": 0.5}, {"p_copy": 0.5, "pos_grain": 16,
+                                                                                  "choice_ctx": 3}):
+        lm = NGramLM(plain_config(copy_window=2 * LOOP_PERIOD + 1, loop_guard=True, **knobs))  # sees 2 copies
+        st, out = lm.start(), []
+        for t in [5, 9, 13, 2, 5, 9, 13, 2]:
+            st = lm.step(st, t)
+            out.append(t)
+        for _ in range(200):
+            nxt = lm.predict(st)
+            st = lm.step(st, nxt)
+            out.append(nxt)
+        gen = out[8:]
+        for p in range(1, LOOP_PERIOD + 1):
+            for i in range(len(gen) - 2 * p):
+                assert not (gen[i:i + p] == gen[i + p:i + 2 * p] == gen[i + 2 * p:i + 3 * p]), (knobs, p, i)
+    lm = NGramLM(plain_config(copy_window=64, p_copy=1.0))
+    st, out = lm.start(), []
+    for t in [5, 9, 13, 2, 5, 9, 13, 2]:
+        st = lm.step(st, t)
+    for _ in range(12):
+        out.append(lm.predict(st))
+        st = lm.step(st, out[-1])
+    assert out == [5, 9, 13, 2] * 3
 
 
 def test_golden_longest_match():
@@ -319,3 +368,12 @@ def _corpus_memory(corpus: str, pieces: str):
     if (corpus, pieces) not in _MEMORIES:
         _MEMORIES[corpus, pieces] = Datastore.build([load_corpus(corpus, 4096, pieces).ids[:20000]])
     return _MEMORIES[corpus, pieces]
+
+
+def test_golden_extends_loop():
+    from simulators.surrogate import extends_loop
+
+    assert not extends_loop((1, 2, 1), 2)      # 1 2 1 2: a span twice
+    assert extends_loop((2, 1, 2, 1), 1)       # 1 2 1 2 1: a third copy starts
+    assert extends_loop((5, 5), 5) and not extends_loop((5,), 5) and not extends_loop((7, 5, 5), 5)
+    assert not extends_loop((), 3)

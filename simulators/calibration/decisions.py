@@ -59,6 +59,8 @@ FIT_GRID = (                      # SimConfig fields and the values tried (tests
 # one local_ctx and overshoots at another (and loops the text unless local_novel), so a one-knob-at-a-time search
 # from local_frac = 0 never moves any of them.
 FIT_JOINT = (("local_frac", "local_ctx", "local_novel"),)
+# Rules of the surrogate that a fit does not search but a profile keeps: written from the start profile as it has them
+CARRIED = ("loop_guard",)
 
 
 def fit_error(real: dict[str, RealRun], fit_real: dict[str, dict[str, float]], opts: dict[str, Any], mapper,
@@ -228,7 +230,7 @@ def main(a) -> int:
     if a.start:
         check_profile_name(a.start)
         start = load_profile(a.start)
-        base = {k: start[k] for k in (knob for knob, _ in FIT_GRID) if k in start}
+        base = {k: start[k] for k in (*(knob for knob, _ in FIT_GRID), *CARRIED) if k in start}
         earlier = start.get("fit") or {}
         start_fit = {"profile": a.start, **{k: earlier[k] for k in ("command", "commit") if k in earlier}}
         if earlier.get("task") == a.task and (earlier.get("inputs") or {}).get("recorded_runs"):
@@ -248,7 +250,7 @@ def main(a) -> int:
     opts = fit_profile(real, mapper, base, rounds=a.rounds, near=a.near, jobs=a.jobs, model=a.model, knobs=knobs)
     n = len(next(iter(real.values())).results)
     fields: dict[str, Any] = {"pair": a.model, "profile": a.name}
-    fields.update((k, opts[k]) for k in (knob for knob, _ in FIT_GRID) if k in opts)
+    fields.update((k, opts[k]) for k in (*(knob for knob, _ in FIT_GRID), *CARRIED) if k in opts)
     fields["prompt_tokens"] = "tokenizer"
     fit = {"pair": a.model, "task": a.task,
            "inputs": {"recorded_runs": sorted({r.replace(str(Path.home()), "~") for r in real}
