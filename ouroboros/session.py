@@ -146,13 +146,24 @@ def versions() -> dict[str, str | None]:
             out[dist] = md.version(dist)
         except md.PackageNotFoundError:
             out[dist] = None
-    try:
-        here = os.path.dirname(os.path.abspath(__file__))
-        out["git"] = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True, timeout=5).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        out["git"] = None
+    out["git"] = git_commit()
     return out
+
+
+def git_commit() -> str | None:
+    """The checkout's short commit, with "-dirty" when tracked files differ from it (the code that ran is then not
+    that commit's); None outside a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=5).stdout.strip()
+        if not head:
+            return None
+        dirty = subprocess.run(["git", "-C", here, "diff", "--quiet", "HEAD", "--"], capture_output=True,
+                               timeout=10).returncode == 1
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + "-dirty" if dirty else head
 
 
 def effective_budgets(session: Session, budgets: list[int]) -> list[int]:

@@ -16,7 +16,6 @@ Knows nothing of strategies or the loop.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +32,10 @@ PAPER_TASK_KEYS = {"HumanEval": "humaneval", "MBPP": "mbpp", "GSM8K": "gsm8k", "
 
 
 def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
+    """The commit a profile or band was measured at ("-dirty": with uncommitted changes to tracked files)."""
+    from ouroboros.session import git_commit as commit
+
+    return commit() or "unknown"
 
 
 def profile_text(title: str, fields: dict[str, Any], fit: dict[str, Any]) -> str:

@@ -40,3 +40,31 @@ def test_an_older_record_still_loads():
     assert {k: v for k, v in back.items() if k in OLD} == OLD
     row = format_table([rec]).splitlines()[3]
     assert row.split()[:4] == ["vanilla", "8", "2.000", "4.0"]
+
+
+def test_git_commit_marks_a_dirty_checkout(monkeypatch):
+    """Records and profiles name the commit the code came from, "-dirty" when tracked files differ from it."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from ouroboros import session
+
+    def fake(diff_rc):
+        def run(cmd, **_):
+            if "rev-parse" in cmd:
+                return SimpleNamespace(stdout="abc1234\n", returncode=0)
+            return SimpleNamespace(stdout="", returncode=diff_rc)
+        return run
+
+    monkeypatch.setattr(subprocess, "run", fake(1))
+    assert session.git_commit() == "abc1234-dirty"
+    monkeypatch.setattr(subprocess, "run", fake(0))
+    assert session.git_commit() == "abc1234"
+
+    def broken(cmd, **_):
+        raise OSError("no git")
+
+    monkeypatch.setattr(subprocess, "run", broken)
+    assert session.git_commit() is None
+    from simulators.sim_profiles import git_commit
+    assert git_commit() == "unknown"
