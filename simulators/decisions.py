@@ -246,6 +246,12 @@ def self_repeat(outputs: list[list[int]], n: int = 8) -> float:
     return hits / seen_all if seen_all else 0.0
 
 
+def text_stats(results: list[PromptResult]) -> dict[str, float]:
+    """How much the outputs repeat themselves (shown beside the decision statistics, never fitted)."""
+    outputs = [r.output for r in results]
+    return {"repeat": repeat_share(outputs), "self8": self_repeat(outputs)} if outputs else {}
+
+
 def stats(results: list[PromptResult]) -> dict[str, float]:
     """The decision statistics of a set of prompt results (one definition for both sides)."""
     tot = RunResult("x", results).totals()
@@ -262,9 +268,6 @@ def stats(results: list[PromptResult]) -> dict[str, float]:
         if tot["draft_forwards"]:
             out["dfw"] = tot["draft_forwards"] / len(steps)
         out["width"] = sum(s.target_tokens for s in steps) / len(steps)
-    if results:
-        out["repeat"] = repeat_share([r.output for r in results])
-        out["self8"] = self_repeat([r.output for r in results])
     for k, v in pool_rates(ps).items():
         if k.endswith("hit_rate"):  # "hit_rate" (the strategy's pool / datastore), "draft.hit_rate", ...
             out["hit:" + (k[: -len("hit_rate")].rstrip(".:_") or "pool")] = v
@@ -406,8 +409,8 @@ def compare(real: dict[str, RealRun], sim_opts: dict[str, Any], mapper, which: s
     for label, run in real.items():
         fit_pos, eval_pos = split(len(run.results))
         pos = {"eval": eval_pos, "fit": fit_pos}.get(which, list(range(len(run.results))))   # "all": every prompt
-        r = stats([run.results[i] for i in pos])
-        s = stats(sim_pooled(run, pos, sim_opts, mapper, seeds))
+        real_res, sim_res = [run.results[i] for i in pos], sim_pooled(run, pos, sim_opts, mapper, seeds)
+        r, s = {**stats(real_res), **text_stats(real_res)}, {**stats(sim_res), **text_stats(sim_res)}
         rows.append({"run": label, "prompts": len(pos), "real": r, "sim": s})
     return rows
 

@@ -9,8 +9,8 @@ TAIL_LEN tokens, and the slots its copying, surprise and forgiving knobs need).
   corpus (simulators/corpus.py: Python standard-library source for "code", the interpreter's own help topics
   for "prose"; no download). The greedy choice is the table's top continuation of the longest known suffix,
   replaced by a runner-up when a hash of the position and the last TAIL_LEN tokens says so, so the text is varied
-  and repeats common phrases (as code does); it never writes a span three times back to back (`extends_loop`: a
-  real LM's greedy text does not cycle). Optionally (`p_copy`) it copies from
+  and repeats common phrases (as code does); with `sim.loop_guard` it never writes a span three times back to
+  back (`extends_loop`: a real LM's greedy text does not cycle). Optionally (`p_copy`) it copies from
   its own context as real LMs do: what followed the last two tokens the last time (simulators/copyrate.py
   measures how often real text does). Its varied choices (runner-up, copy) hash the position and the tail;
   `pos_grain` > 1 hashes the position only in blocks of that many tokens and `choice_ctx` only the last few tail

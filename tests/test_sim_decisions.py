@@ -51,6 +51,11 @@ def test_real_side_is_the_replayed_recording(recorded):
     assert st["width"] == pytest.approx(sum(s.target_tokens for r in sps.results for s in r.steps) / steps)
     van = decisions.stats(real["vanilla"].results)
     assert van["eta"] == 1.0 and van["width"] == 1.0 and "dfw" not in van
+    # the text shares are shown beside them (compare), never fitted (not in stats, which the fit scores)
+    assert "repeat" not in st and "self8" not in st
+    shares = decisions.text_stats(sps.results)
+    assert shares["repeat"] == decisions.repeat_share([r.output for r in sps.results])
+    assert shares["self8"] == decisions.self_repeat([r.output for r in sps.results])
 
 
 def test_fit_and_evaluation_prompts_never_overlap():
