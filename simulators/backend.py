@@ -166,6 +166,9 @@ class SimBackend(HostCharging, SequenceBackend):
         for t in prompt:
             st = step(st, t)
             states.append(st)
+        begin = getattr(self.lm, "begin", None)
+        if begin is not None:  # what follows is the model's own output (sim.copy_from)
+            states[-1] = begin(st)
         self._states = states
 
     def _prefill_forward(self, k: int) -> None:

@@ -10,7 +10,8 @@ TAIL_LEN tokens, and the slots its copying, surprise and forgiving knobs need).
   for "prose"; no download). The greedy choice is the table's top continuation of the longest known suffix,
   replaced by a runner-up when a hash of the position and the last TAIL_LEN tokens says so, so the text is varied
   and repeats common phrases (as code does); with `sim.loop_guard` it never writes a span three times back to
-  back (`extends_loop`: a real LM's greedy text does not cycle). Optionally (`p_copy`) it copies from
+  back (`extends_loop`: a real LM's greedy text does not cycle), and with `sim.self_guard` never an 8-gram its output
+  already holds (`repeats_output`: nor does it write its own text again). Optionally (`p_copy`) it copies from
   its own context as real LMs do: what followed the last two tokens the last time (simulators/copyrate.py
   measures how often real text does). Its varied choices (runner-up, copy) hash the position and the tail;
   `pos_grain` > 1 hashes the position only in blocks of that many tokens and `choice_ctx` only the last few tail
@@ -72,6 +73,11 @@ CONTENT_LEN = 3     # last tokens that decide whether the draft agrees (content-
 # `repeat_share` in simulators/decisions.py measures it.
 LOOP_PERIOD = 16
 LOOP_EXCESS = 1
+# Nor does it write its own text again: of the real pair's greedy output 8-grams, none (HumanEval, 36 outputs) and
+# 0.9% (MT-Bench, 30) occur earlier in the same output without occurring in the prompt; of the surrogate's, 31-60% and
+# 3-4% did (two seeds), as its position-invariant copying re-entered text it had copied or written (periods longer
+# than LOOP_PERIOD). With sim.self_guard it never writes an 8-gram its output already holds.
+SELF_N = 8
 
 # Hash salts: each of the surrogates' independent decisions hashes its inputs with its own salt, so no two of them
 # are correlated (the runner-up pick hashes (choice key, seed) with none).
@@ -103,22 +109,24 @@ class LMState(NamedTuple):
     window: tuple[int, ...] = ()     # the last copy_window tokens as written, the last first (only when copying)
     calm: int = SURPRISE_MAX         # steps since a token it would not have written (capped; only surprise_copy < 1)
     run: int = 0                     # tokens it would have written, in a row (capped at forgive_run; only forgiving)
+    origin: int = 0                  # the prompt's length (`begin`; sim.copy_from=prompt copies from tokens before it)
 
 
 _new_state = tuple.__new__   # LMState(...) without the NamedTuple constructor's overhead (the hot paths)
 _START = LMState(0, ())
 
 
-def longest_match(window: tuple[int, ...], cap: int) -> tuple[int, int]:
+def longest_match(window: tuple[int, ...], cap: int, lo: int = 0) -> tuple[int, int]:
     """(L, token): the longest suffix of the context (`window` reversed: the last token first) that occurred
     earlier in it, L tokens long (at most `cap`), and the token that followed its most recent such occurrence;
-    (0, -1) when the last token never occurred before. Ties: the most recent occurrence.
+    (0, -1) when the last token never occurred before. Ties: the most recent occurrence. `lo` > 0: only
+    occurrences whose following token is at least `lo` tokens back (`window[lo:]`: the prompt, sim.copy_from).
 
     Golden: context [5, 6, 7, 5, 6] (window (6, 5, 7, 6, 5)) -> (2, 7): "5 6" occurred before, followed by 7."""
     if len(window) < 2:
         return 0, -1
     x = window[0]
-    best, tok, j, end = 0, -1, 0, len(window)
+    best, tok, j, end = 0, -1, lo, len(window)
     index = window.index
     while True:
         try:
@@ -158,6 +166,24 @@ def extends_loop(window: tuple[int, ...], token: int) -> bool:
         while k < need and window[k] == window[k + p]:
             k += 1
         if k == need:
+            return True
+
+
+def repeats_output(window: tuple[int, ...], token: int, out: int) -> bool:
+    """Whether `token` after the context (`window` reversed: the last token first) would end an n-gram (n = SELF_N)
+    that already ends at one of the last `out` tokens (the output so far).
+
+    Golden (SELF_N 8): after 1..8 9 1..7 (out 16) the token 8 ends "1..8" a second time: a repeat."""
+    m = SELF_N - 1
+    if len(window) < SELF_N:
+        return False
+    head, j = window[:out], -1
+    while True:
+        try:
+            j = head.index(token, j + 1)
+        except ValueError:
+            return False
+        if window[j + 1: j + SELF_N] == window[:m]:
             return True
 
 
@@ -203,7 +229,9 @@ class NGramLM:
                                  for n in range(1, INDUCTION_MAX + 1))
         self.local_frac, self.local_ctx = c.local_frac, c.local_ctx
         self.local_novel = c.local_novel and c.local_frac > 0
-        self.loop_guard = c.loop_guard
+        self.loop_guard, self.self_guard = c.loop_guard, c.self_guard
+        self.guarded = c.loop_guard or c.self_guard
+        self.from_prompt = c.copy_from == "prompt"
         self.windowed = bool(c.p_copy or c.induction or self.local_novel)  # states carry the window
         self.surprised = bool(c.induction) and c.surprise_copy < 1        # states count calm steps
         self.surprise_copy = c.surprise_copy
@@ -224,6 +252,16 @@ class NGramLM:
     def start(self) -> LMState:
         return _START
 
+    @staticmethod
+    def begin(state: LMState) -> LMState:
+        """The state after a prompt, marked as its end: what follows is the target's own output (sim.copy_from)."""
+        return state._replace(origin=state.pos)
+
+    def copy_lo(self, state: LMState) -> int:
+        """How far back (in `window`) the tokens a copy may take start: 0 (anywhere), or with sim.copy_from=prompt
+        past the output so far (the prompt's; none when no prompt was marked by `begin`)."""
+        return state.pos - state.origin if self.from_prompt else 0
+
     # ------------------------------------------------------------------------------------- the plain path
     def reference_step(self, state: LMState, token: int) -> LMState:
         own = self.reference_predict(state) if self.surprised or self.forgiving else token
@@ -238,7 +276,7 @@ class NGramLM:
         tail = (state.tail + (read,))[-TAIL_LEN:]
         window = ((token,) + state.window)[:self.copy_window] if self.windowed else ()
         calm = (0 if read != own else min(state.calm + 1, SURPRISE_MAX)) if self.surprised else state.calm
-        return LMState(state.pos + 1, tail, window, calm, run)
+        return LMState(state.pos + 1, tail, window, calm, run, state.origin)
 
     def reference_predict(self, state: LMState) -> int:
         r = self.recalled(state)
@@ -253,13 +291,20 @@ class NGramLM:
         """The prediction when recall and match-length copying do not fire (never one that extends a loop)."""
         return self.unlooped(state, self._rest_choice(state))
 
+    def refused(self, state: LMState, token: int) -> bool:
+        """Whether the guards refuse `token` at `state`: it would extend a loop (sim.loop_guard, `extends_loop`) or
+        repeat the output's own text (sim.self_guard, `repeats_output`)."""
+        w = state.window
+        return bool(w) and ((self.loop_guard and extends_loop(w, token)) or
+                            (self.self_guard and repeats_output(w, token, state.pos - state.origin)))
+
     def unlooped(self, state: LMState, token: int) -> int:
-        """`token`, or where it would extend a loop (`extends_loop`), the first of the tail's `ranked`
-        continuations that does not."""
-        if not self.loop_guard or not state.window or not extends_loop(state.window, token):
+        """`token`, or where the guards refuse it (`refused`), the first of the tail's `ranked` continuations that
+        they do not."""
+        if not self.guarded or not self.refused(state, token):
             return token
         for r in self.ranked(state.tail):
-            if r != token and 0 < r < self.plain_vocab and not extends_loop(state.window, r):
+            if r != token and 0 < r < self.plain_vocab and not self.refused(state, r):
                 return r
         return token
 
@@ -271,7 +316,7 @@ class NGramLM:
                 return self.pick(self.candidates(lk), uniform(hash((lk, self.seed, SALT_LOCAL_PICK))))
         key = self.choice_key(state)
         if self.p_copy and uniform(hash((key, self.seed, SALT_COPY))) < self.p_copy:
-            c = self.copied(state.window)
+            c = self.copied(state.window, self.copy_lo(state))
             if c is not None:
                 return c
         return self.pick(self.candidates(state.tail), uniform(hash((key, self.seed))))
@@ -286,25 +331,25 @@ class NGramLM:
         says no, or the copy would be a special token)."""
         if not self.induction:
             return None
-        n, tok = longest_match(state.window, INDUCTION_MAX)
+        n, tok = longest_match(state.window, INDUCTION_MAX, self.copy_lo(state))
         if not n or tok >= self.plain_vocab:
             return None
         p = self.induction_p[n - 1]
         if self.surprised and n > 1:  # a lone surprising token is still continued as it was before
             p *= self.surprise_s[state.calm]
         if uniform(hash((state.window[:n], self.seed, SALT_INDUCTION))) < p and not (
-                self.loop_guard and extends_loop(state.window, tok)):
+                self.guarded and self.refused(state, tok)):
             return tok
         return None
 
     @staticmethod
-    def copied(window: tuple[int, ...]) -> int | None:
+    def copied(window: tuple[int, ...], lo: int = 0) -> int | None:
         """The token after the most recent earlier occurrence of the last two tokens (`window` reversed: the last
-        token first), or None."""
+        token first), or None; `lo` as `longest_match`'s."""
         if len(window) < 3:
             return None
         x, y = window[0], window[1]
-        j = 0
+        j = lo
         while True:
             try:
                 j = window.index(x, j + 1)
@@ -384,18 +429,18 @@ class NGramLM:
             def step_surprise(state: LMState, token: int) -> LMState:
                 k = 0 if token != self.predict(state) else min(state.calm + 1, top)
                 return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:],
-                                 ((token,) + state.window)[:win], k, 0))
+                                 ((token,) + state.window)[:win], k, 0, state.origin))
 
             return step_surprise
         if self.windowed:
             def step_window(state: LMState, token: int) -> LMState:
                 return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:],
-                                 ((token,) + state.window)[:win], calm0, 0))
+                                 ((token,) + state.window)[:win], calm0, 0, state.origin))
 
             return step_window
 
         def step(state: LMState, token: int) -> LMState:
-            return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:], (), calm0, 0))
+            return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:], (), calm0, 0, state.origin))
 
         return step
 
@@ -418,7 +463,7 @@ class NGramLM:
                 run = 0
             calm = (0 if read != own else min(state.calm + 1, top)) if surprised else state.calm
             window = ((token,) + state.window)[:win] if windowed else ()
-            return new(cls, (state.pos + 1, (state.tail + (read,))[-TAIL_LEN:], window, calm, run))
+            return new(cls, (state.pos + 1, (state.tail + (read,))[-TAIL_LEN:], window, calm, run, state.origin))
 
         return step
 
@@ -472,6 +517,7 @@ class NGramLM:
         span = 1 - p_top
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
         p_copy, copied, grain, cut = self.p_copy, self.copied, self.pos_grain, -self.choice_ctx
+        from_prompt = self.from_prompt
         local = grain > 1 or self.choice_ctx < TAIL_LEN
         lfrac, lcut, pick, novel = self.local_frac, -self.local_ctx, self.pick, self.local_novel
 
@@ -484,7 +530,7 @@ class NGramLM:
                     return pick(candidates(lk), (((hash((lk, seed, SALT_LOCAL_PICK)) * mult) & mask) >> 11) * scale)
             key = (state.pos // grain, tail[cut:]) if local else (state.pos, tail)   # choice_key
             if p_copy and (((hash((key, seed, SALT_COPY)) * mult) & mask) >> 11) * scale < p_copy:
-                cp = copied(state.window)
+                cp = copied(state.window, state.pos - state.origin if from_prompt else 0)
                 if cp is not None:
                     return cp
             ctx = tail[-order:]
@@ -508,13 +554,13 @@ class NGramLM:
                 backoff.clear()
             return out
 
-        if not (self.windowed and self.loop_guard):
+        if not (self.windowed and self.guarded):
             return predict  # no window: nothing to loop over (the tail's hashes vary the text)
-        choice, unlooped = predict, self.unlooped
+        choice, unlooped, refused = predict, self.unlooped, self.refused
 
         def predict_unlooped(state: LMState) -> int:
             c = choice(state)
-            return unlooped(state, c) if extends_loop(state.window, c) else c
+            return unlooped(state, c) if refused(state, c) else c
 
         return predict_unlooped
 
@@ -540,7 +586,7 @@ class NoisyDraftLM:
         self.vocab_size, self.plain_vocab = target.vocab_size, target.plain_vocab
         self.alpha_easy, self.alpha_hard, self.hard_frac = c.alpha_easy, c.alpha_hard, c.hard_frac
         self.burst_len, self.seed = c.burst_len, seed
-        self.start, self.step = target.start, target.step
+        self.start, self.step, self.begin = target.start, target.step, target.begin
         self._hard: dict[int, bool] = {}  # stretch index -> hard?
         self.predict: Callable[[LMState], int] = self._fast_predict()  # == reference_predict
 
@@ -607,7 +653,7 @@ class IIDDraftLM:
     def __init__(self, target: NGramLM, cfg: SimConfig | None = None, seed: int = 1):
         self.target, self.alpha, self.seed = target, (cfg or SimConfig()).alpha, seed
         self.vocab_size = target.vocab_size
-        self.start, self.step = target.start, target.step
+        self.start, self.step, self.begin = target.start, target.step, target.begin
 
     def predict(self, state: LMState) -> int:
         p = self.target.predict(state)

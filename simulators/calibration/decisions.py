@@ -31,7 +31,7 @@ FIT_KEYS = ("eta", "c", "match")  # + every hit rate, + speculative's per-positi
 FIT_GRID = (                      # SimConfig fields and the values tried (tests/test_sim_config.py checks them)
     ("corpus", ("pycode", "prose")),  # the text kind (a real instruct model explains in prose, then codes); "code"
                                       # (stdlib top-level modules) is not tried: REST's stdlib datastore holds it
-    ("induction", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6)),   # match-length copying (the real pair copies its prompt)
+    ("induction", (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 0.9)),   # match-length copying (the real pair copies its prompt)
     ("induction_decay", (1.0, 0.8, 0.6, 0.4, 0.2)),
     ("surprise_copy", (1.0, 0.75, 0.5, 0.3)),        # less copying right after a token the target would not write
     ("alpha_copy", (None, 0.9, 0.95, 1.0)),           # the draft's agreement on copies
@@ -60,7 +60,7 @@ FIT_GRID = (                      # SimConfig fields and the values tried (tests
 # from local_frac = 0 never moves any of them.
 FIT_JOINT = (("local_frac", "local_ctx", "local_novel"),)
 # Rules of the surrogate that a fit does not search but a profile keeps: written from the start profile as it has them
-CARRIED = ("loop_guard",)
+CARRIED = ("loop_guard", "self_guard", "copy_from")
 
 
 def fit_error(real: dict[str, RealRun], fit_real: dict[str, dict[str, float]], opts: dict[str, Any], mapper,
