@@ -246,10 +246,27 @@ def self_repeat(outputs: list[list[int]], n: int = 8) -> float:
     return hits / seen_all if seen_all else 0.0
 
 
-def text_stats(results: list[PromptResult]) -> dict[str, float]:
-    """How much the outputs repeat themselves (shown beside the decision statistics, never fitted)."""
+def prompt_share(prompts: list[list[int]], outputs: list[list[int]], n: int = 8) -> float:
+    """The share of the outputs' n-grams that occur in their own prompt (how much an output copies its prompt)."""
+    hits = tot = 0
+    for p, o in zip(prompts, outputs, strict=True):
+        have = {tuple(p[i:i + n]) for i in range(len(p) - n + 1)}
+        for i in range(len(o) - n + 1):
+            hits += tuple(o[i:i + n]) in have
+            tot += 1
+    return hits / tot if tot else 0.0
+
+
+def text_stats(results: list[PromptResult], prompts: list[list[int]] | None = None) -> dict[str, float]:
+    """How much the outputs repeat themselves and (given their `prompts`, in order) copy their prompts (shown beside
+    the decision statistics, never fitted)."""
     outputs = [r.output for r in results]
-    return {"repeat": repeat_share(outputs), "self8": self_repeat(outputs)} if outputs else {}
+    if not outputs:
+        return {}
+    out = {"repeat": repeat_share(outputs), "self8": self_repeat(outputs)}
+    if prompts is not None:
+        out["prompt8"] = prompt_share(prompts, outputs)
+    return out
 
 
 def stats(results: list[PromptResult]) -> dict[str, float]:
@@ -284,13 +301,14 @@ def split(n: int) -> tuple[list[int], list[int]]:
 
 
 def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper, model: str = "qwen_coder",
-                seed: int = 0) -> list[PromptResult]:
+                seed: int = 0, prompts: list[list[int]] | None = None) -> list[PromptResult]:
     """The run's strategy on the surrogate over the prompts at positions `which` (one proposer per recording
-    folder, in recorded order, as the real run had). `mapper(surrogate tokenizer)` -> real id -> surrogate id."""
+    folder, in recorded order, as the real run had). `mapper(surrogate tokenizer)` -> real id -> surrogate id.
+    `prompts`: a list the prompts' surrogate ids are appended to (in the results' order)."""
     opts = {**sim_opts, "prompt_tokens": "surrogate"}  # prompts come as real ids, mapped by `mapper`
     pair = make_pair(load_conf("model", model), load_conf("hardware", SIM_HARDWARE), opts, seed=seed)
     real_ids = pair.tokenizer.real_ids  # sim.pieces=real: the surrogate speaks the real ids, nothing to map
-    map_id = int if real_ids else mapper(pair.tokenizer)
+    map_id = int if real_ids else mapper(pair.tokenizer, opts.get("copy_from") == "prompt")
     needs = get_spec(run.name).needs_draft_model
     params = dict(run.params) if real_ids else mapped_params(run, map_id)
     recall = float(opts.get("recall") or 0) and not opts.get("recall_text")
@@ -308,6 +326,8 @@ def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper
             if run.warmup:
                 warm_up(pair, proposers[g], [map_id(t) for t in run.prompts[first]], run.warmup)
         ids = [map_id(t) for t in run.prompts[i]]
+        if prompts is not None:
+            prompts.append(ids)
         out.append(decode(pair.target, proposers[g], ids, run.budget, pair.eos_ids, prompt_id=run.results[i].prompt_id))
         proposers[g].checkpoint()
     return out
@@ -381,26 +401,29 @@ class IdMap:
 
 def id_mapper(model: str = "qwen_coder", tokenizer_dir: str | None = None):
     """surrogate tokenizer -> (real token id -> surrogate id), as `sim.prompt_tokens=tokenizer` maps them (needs
-    the pair's tokenizer; one map per surrogate vocabulary)."""
+    the pair's tokenizer; one map per surrogate vocabulary and special-token rule: `specials_eos` as
+    `RealCountTokenizer`'s)."""
     from transformers import AutoTokenizer
 
     from simulators.tokens import RealCountTokenizer, fetched_tokenizer_dir
 
     real = AutoTokenizer.from_pretrained(tokenizer_dir or str(fetched_tokenizer_dir(load_conf("model", model))))
-    maps: dict[int, Any] = {}
+    maps: dict[tuple[int, bool], Any] = {}
 
-    def mapper(surrogate):
-        if id(surrogate) not in maps:
-            maps[id(surrogate)] = IdMap(RealCountTokenizer(surrogate, real))
-        return maps[id(surrogate)]
+    def mapper(surrogate, specials_eos: bool = False):
+        key = (id(surrogate), specials_eos)
+        if key not in maps:
+            maps[key] = IdMap(RealCountTokenizer(surrogate, real, specials_eos))
+        return maps[key]
 
     return mapper
 
 
-def sim_pooled(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper, seeds: int = SIM_SEEDS
-               ) -> list[PromptResult]:
-    """`sim_results` over surrogate seeds 0..seeds-1, pooled (each seed is another surrogate text and draft)."""
-    return [r for seed in range(seeds) for r in sim_results(run, which, sim_opts, mapper, seed=seed)]
+def sim_pooled(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper, seeds: int = SIM_SEEDS,
+               prompts: list[list[int]] | None = None) -> list[PromptResult]:
+    """`sim_results` over surrogate seeds 0..seeds-1, pooled (each seed is another surrogate text and draft);
+    `prompts` as `sim_results`'."""
+    return [r for seed in range(seeds) for r in sim_results(run, which, sim_opts, mapper, seed=seed, prompts=prompts)]
 
 
 def compare(real: dict[str, RealRun], sim_opts: dict[str, Any], mapper, which: str = "eval",
@@ -409,8 +432,10 @@ def compare(real: dict[str, RealRun], sim_opts: dict[str, Any], mapper, which: s
     for label, run in real.items():
         fit_pos, eval_pos = split(len(run.results))
         pos = {"eval": eval_pos, "fit": fit_pos}.get(which, list(range(len(run.results))))   # "all": every prompt
-        real_res, sim_res = [run.results[i] for i in pos], sim_pooled(run, pos, sim_opts, mapper, seeds)
-        r, s = {**stats(real_res), **text_stats(real_res)}, {**stats(sim_res), **text_stats(sim_res)}
+        sim_prompts: list[list[int]] = []
+        real_res, sim_res = [run.results[i] for i in pos], sim_pooled(run, pos, sim_opts, mapper, seeds, sim_prompts)
+        r = {**stats(real_res), **text_stats(real_res, [run.prompts[i] for i in pos])}
+        s = {**stats(sim_res), **text_stats(sim_res, sim_prompts)}
         rows.append({"run": label, "prompts": len(pos), "real": r, "sim": s})
     return rows
 
@@ -431,7 +456,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         for k in keys:
             e = rel(s.get(k), r[k])
             cells.append(f"{k} {r[k]:.2f}/{s.get(k, float('nan')):.2f}" + (f" ({e:+.0%})" if e is not None else ""))
-        for k in ("repeat", "self8"):   # shares near 0: shown as they are, not as relative errors
+        for k in ("repeat", "self8", "prompt8"):   # shares near 0: shown as they are, not as relative errors
             if k in r:
                 cells.append(f"{k} {r[k]:.3f}/{s.get(k, float('nan')):.3f}")
         lines.append(f"{row['run']} [{row['prompts']} prompts, real/sim]: " + "; ".join(cells))

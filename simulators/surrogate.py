@@ -11,7 +11,7 @@ TAIL_LEN tokens, and the slots its copying, surprise and forgiving knobs need).
   replaced by a runner-up when a hash of the position and the last TAIL_LEN tokens says so, so the text is varied
   and repeats common phrases (as code does); with `sim.loop_guard` it never writes a span three times back to
   back (`extends_loop`: a real LM's greedy text does not cycle), and with `sim.self_guard` never an 8-gram its output
-  already holds (`repeats_output`: nor does it write its own text again). Optionally (`p_copy`) it copies from
+  already holds unless its prompt does (`repeats_output`: nor does it write its own text again). Optionally (`p_copy`) it copies from
   its own context as real LMs do: what followed the last two tokens the last time (simulators/copyrate.py
   measures how often real text does). Its varied choices (runner-up, copy) hash the position and the tail;
   `pos_grain` > 1 hashes the position only in blocks of that many tokens and `choice_ctx` only the last few tail
@@ -76,7 +76,7 @@ LOOP_EXCESS = 1
 # Nor does it write its own text again: of the real pair's greedy output 8-grams, none (HumanEval, 36 outputs) and
 # 0.9% (MT-Bench, 30) occur earlier in the same output without occurring in the prompt; of the surrogate's, 31-60% and
 # 3-4% did (two seeds), as its position-invariant copying re-entered text it had copied or written (periods longer
-# than LOOP_PERIOD). With sim.self_guard it never writes an 8-gram its output already holds.
+# than LOOP_PERIOD). With sim.self_guard it never writes an 8-gram its output already holds (unless its prompt does).
 SELF_N = 8
 
 # Hash salts: each of the surrogates' independent decisions hashes its inputs with its own salt, so no two of them
@@ -171,20 +171,23 @@ def extends_loop(window: tuple[int, ...], token: int) -> bool:
 
 def repeats_output(window: tuple[int, ...], token: int, out: int) -> bool:
     """Whether `token` after the context (`window` reversed: the last token first) would end an n-gram (n = SELF_N)
-    that already ends at one of the last `out` tokens (the output so far).
+    that already ends at one of the last `out` tokens (the output so far) and nowhere before them (the prompt's own
+    n-grams an output may write again: a real LM restates its prompt, repeats included).
 
     Golden (SELF_N 8): after 1..8 9 1..7 (out 16) the token 8 ends "1..8" a second time: a repeat."""
     m = SELF_N - 1
     if len(window) < SELF_N:
         return False
-    head, j = window[:out], -1
+    tail, index, j, mine = window[:m], window.index, -1, False
     while True:
         try:
-            j = head.index(token, j + 1)
+            j = index(token, j + 1)
         except ValueError:
-            return False
-        if window[j + 1: j + SELF_N] == window[:m]:
-            return True
+            return mine
+        if window[j + 1: j + SELF_N] == tail:
+            if j >= out:
+                return False   # the prompt holds it
+            mine = True
 
 
 class NGramLM:
@@ -317,7 +320,7 @@ class NGramLM:
         key = self.choice_key(state)
         if self.p_copy and uniform(hash((key, self.seed, SALT_COPY))) < self.p_copy:
             c = self.copied(state.window, self.copy_lo(state))
-            if c is not None:
+            if c is not None and 0 < c < self.plain_vocab:
                 return c
         return self.pick(self.candidates(state.tail), uniform(hash((key, self.seed))))
 
@@ -332,7 +335,7 @@ class NGramLM:
         if not self.induction:
             return None
         n, tok = longest_match(state.window, INDUCTION_MAX, self.copy_lo(state))
-        if not n or tok >= self.plain_vocab:
+        if not n or not 0 < tok < self.plain_vocab:
             return None
         p = self.induction_p[n - 1]
         if self.surprised and n > 1:  # a lone surprising token is still continued as it was before
@@ -517,7 +520,7 @@ class NGramLM:
         span = 1 - p_top
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
         p_copy, copied, grain, cut = self.p_copy, self.copied, self.pos_grain, -self.choice_ctx
-        from_prompt = self.from_prompt
+        from_prompt, plain = self.from_prompt, self.plain_vocab
         local = grain > 1 or self.choice_ctx < TAIL_LEN
         lfrac, lcut, pick, novel = self.local_frac, -self.local_ctx, self.pick, self.local_novel
 
@@ -531,7 +534,7 @@ class NGramLM:
             key = (state.pos // grain, tail[cut:]) if local else (state.pos, tail)   # choice_key
             if p_copy and (((hash((key, seed, SALT_COPY)) * mult) & mask) >> 11) * scale < p_copy:
                 cp = copied(state.window, state.pos - state.origin if from_prompt else 0)
-                if cp is not None:
+                if cp is not None and 0 < cp < plain:
                     return cp
             ctx = tail[-order:]
             cands = backoff.get(ctx)

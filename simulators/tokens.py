@@ -28,13 +28,18 @@ from simulators.simconfig import SimConfig
 
 
 class RealCountTokenizer:
-    """Encode with a real tokenizer, map each real token to a surrogate id; decode as the surrogate does."""
+    """Encode with a real tokenizer, map each real token to a surrogate id; decode as the surrogate does.
+    `specials_eos` (sim.copy_from=prompt): the real tokenizer's special tokens (a chat template's) become the
+    surrogate's EOS, which it never copies or writes mid-text (a real model writes none of them in its answer)."""
 
-    def __init__(self, surrogate: PieceTokenizer, real: Any):
+    def __init__(self, surrogate: PieceTokenizer, real: Any, specials_eos: bool = False):
         self.surrogate, self.real = surrogate, real
         self.vocab_size = surrogate.vocab_size
         self.chat_template = getattr(real, "chat_template", None)
         self._map: dict[int, int] = {}
+        if specials_eos:
+            specials = set(getattr(real, "all_special_ids", ()) or ()) | set(getattr(real, "added_tokens_decoder", {}) or {})
+            self._map.update({int(i): surrogate.eos_id for i in specials})
         self._piece: dict[int, int | None] = {}
 
     def piece_id(self, real_id: int) -> int | None:
@@ -127,7 +132,8 @@ def prompt_tokenizer(opts: SimConfig, model: dict[str, Any], surrogate: PieceTok
     path = real_tokenizer_dir(opts.tokenizer, model)
     from transformers import AutoTokenizer
 
-    return RealCountTokenizer(surrogate, AutoTokenizer.from_pretrained(str(path)))
+    return RealCountTokenizer(surrogate, AutoTokenizer.from_pretrained(str(path)),
+                              specials_eos=opts.copy_from == "prompt")
 
 
 def measure_chars_per_token(texts: list[str], tokenizer: Any) -> float:

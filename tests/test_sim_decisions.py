@@ -22,7 +22,7 @@ from simulators.profiles import conf_root, load_conf
 from simulators.replay import trace_name
 
 
-def mapper(tok):
+def mapper(tok, specials_eos=False):
     return lambda t: 1 + t % (tok.vocab_size - 1)
 
 
@@ -56,6 +56,9 @@ def test_real_side_is_the_replayed_recording(recorded):
     shares = decisions.text_stats(sps.results)
     assert shares["repeat"] == decisions.repeat_share([r.output for r in sps.results])
     assert shares["self8"] == decisions.self_repeat([r.output for r in sps.results])
+    assert "prompt8" not in shares
+    with_prompts = decisions.text_stats(sps.results, sps.prompts)
+    assert with_prompts["prompt8"] == decisions.prompt_share(sps.prompts, [r.output for r in sps.results])
 
 
 def test_fit_and_evaluation_prompts_never_overlap():
@@ -99,10 +102,12 @@ def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch
         make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), prof)
 
 
-def test_a_refit_keeps_the_start_profiles_loop_guard(recorded, tmp_path, monkeypatch):
-    """sim.loop_guard is a rule of the surrogate, not a searched knob: a fit from a profile that has it on runs with
-    it on and writes it on (a profile refitted without it would silently write looping text again)."""
+def test_a_refit_keeps_the_start_profiles_text_rules(recorded, tmp_path, monkeypatch):
+    """sim.loop_guard, sim.self_guard and sim.copy_from are rules of the surrogate, not searched knobs: a fit from a
+    profile that has them runs with them and writes them (a profile refitted without them would silently write
+    looping, self-copying text again)."""
     seen = {}
+    rules = {"loop_guard": True, "self_guard": True, "copy_from": "prompt"}
 
     def fake_fit(real, mapper_, base, **_):
         seen.update(base=dict(base))
@@ -113,13 +118,15 @@ def test_a_refit_keeps_the_start_profiles_loop_guard(recorded, tmp_path, monkeyp
     a = SimpleNamespace(dir=str(recorded), records=None, dataset=None, model="qwen_coder", name="qwen_coder_test",
                         task="synthetic", tokenizer=None, out_dir=str(tmp_path), corpus=None,
                         start="qwen_coder_humaneval_chat", rounds=1, near=1, jobs=1, knobs="p_copy")
-    assert yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval_chat.yaml").read_text())["loop_guard"] is True
+    start = yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval_chat.yaml").read_text())
+    assert {k: start[k] for k in rules} == rules
     assert fit.main(a) == 0
-    assert seen["base"]["loop_guard"] is True
-    assert yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())["loop_guard"] is True
-    assert fit.main(SimpleNamespace(**{**vars(a), "start": "qwen_coder_humaneval"})) == 0   # fitted before it: off
-    assert "loop_guard" not in seen["base"]
-    assert "loop_guard" not in yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
+    assert {k: seen["base"][k] for k in rules} == rules
+    written = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
+    assert {k: written[k] for k in rules} == rules
+    assert fit.main(SimpleNamespace(**{**vars(a), "start": "qwen_coder_humaneval"})) == 0   # fitted before them: off
+    written = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
+    assert not any(k in seen["base"] or k in written for k in rules)
 
 
 def test_calibrate_can_start_from_a_profile(recorded, tmp_path, monkeypatch):
@@ -541,3 +548,13 @@ def test_self_repeat_counts_the_n_grams_an_output_wrote_before():
     assert self_repeat([[1, 2, 3, 1, 2, 3]], n=3) == 1 / 4      # (1,2,3) again; (2,3,1), (3,1,2) are new
     assert self_repeat([[1, 2, 3], [1, 2, 3]], n=3) == 0.0     # per output: another output's n-grams do not count
     assert self_repeat([[1, 2]], n=3) == 0.0
+
+
+def test_prompt_share_counts_the_output_n_grams_its_own_prompt_holds():
+    from simulators.decisions import prompt_share
+
+    assert prompt_share([[1, 2, 3, 4]], [[2, 3, 4, 9]], n=3) == 1 / 2          # (2,3,4) in the prompt; (3,4,9) not
+    assert prompt_share([[1, 2, 3], [7, 8, 9]], [[7, 8, 9], [1, 2, 3]], n=3) == 0.0   # another prompt's do not count
+    assert prompt_share([[1, 2, 3]], [[1, 2]], n=3) == 0.0
+    with pytest.raises(ValueError):
+        prompt_share([[1]], [[1], [2]], n=3)

@@ -377,3 +377,96 @@ def test_golden_extends_loop():
     assert extends_loop((2, 1, 2, 1), 1)       # 1 2 1 2 1: a third copy starts
     assert extends_loop((5, 5), 5) and not extends_loop((5,), 5) and not extends_loop((7, 5, 5), 5)
     assert not extends_loop((), 3)
+
+
+def test_golden_repeats_output_and_prompt_bound_matches():
+    from simulators.surrogate import SELF_N, NGramLM, longest_match, repeats_output
+
+    assert SELF_N == 8
+    ctx = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7]
+    w = tuple(reversed(ctx))
+    assert repeats_output(w, 8, out=16)               # "1..8" would end a second time
+    assert not repeats_output(w, 8, out=8)            # ... but its first copy ends in the prompt (8+ tokens back)
+    assert not repeats_output(w, 9, out=16)           # "2..7 9" is new
+    assert not repeats_output(w[:7], 8, out=7)        # too short a context to hold an 8-gram twice
+    # context 5 6 7 | 5 6 (the prompt: 5 6 7): the match "5 6" is in the prompt, followed by 7
+    assert longest_match((6, 5, 7, 6, 5), 16, lo=2) == (2, 7)
+    # context 5 6 7 | 5 6 9 5 6 (the prompt: 5 6 7): the output's own "5 6 9" is not copied, the prompt's "5 6 7" is
+    assert longest_match((6, 5, 9, 6, 5, 7, 6, 5), 16) == (2, 9)
+    assert longest_match((6, 5, 9, 6, 5, 7, 6, 5), 16, lo=5) == (2, 7)
+    assert longest_match((6, 5, 9, 6, 5, 7, 6, 5), 16, lo=6) == (0, -1)   # prompt 5 6: what followed is output
+    assert NGramLM.copied((6, 5, 9, 6, 5, 7, 6, 5), lo=5) == 7
+    assert NGramLM.copied((6, 5, 9, 6, 5, 7, 6, 5)) == 9
+
+
+def test_begin_marks_the_prompt_end_and_every_path_carries_it():
+    """`begin` marks where the output starts; every step after it keeps the mark (the fast paths build states as
+    raw tuples), and the sim backend marks the state after its prompt."""
+    from simulators.surrogate import NGramLM, plain_config
+
+    for knobs in ({}, {"induction": 0.5}, {"induction": 0.5, "surprise_copy": 0.5}, {"forgive": 0.5},
+                  {"local_novel": True, "local_frac": 0.5}):
+        lm = NGramLM(plain_config(copy_from="prompt", **knobs))
+        st = lm.start()
+        for t in [5, 9, 13, 2]:
+            st = lm.step(st, t)
+        st = lm.begin(st)
+        assert st.origin == 4
+        for t in [7, 8, 9]:
+            st = lm.step(st, t)
+            assert st.origin == 4 and len(st) == 6
+        assert lm.copy_lo(st) == 3
+    pair = make_pair(MODEL, HW, {"corpus": "code", "induction": 0.5, "copy_from": "prompt"}, seed=1)
+    prompt = pair.default_prompts(1, 0)[0].ids
+    pair.target.prefill(prompt)
+    assert pair.target._states[-1].origin == len(prompt) and pair.target._states[-2].origin == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10**6), st.sampled_from(["context", "prompt"]), st.booleans(), st.booleans(),
+       st.sampled_from([0.0, 0.5]), st.sampled_from([0.0, 0.6, 0.9]), st.sampled_from([0.0, 0.5]))
+def test_guards_and_prompt_copying_fast_paths_equal_reference(seed, copy_from, self_guard, loop_guard, p_copy,
+                                                              induction, forgive):
+    """sim.copy_from, sim.self_guard (with the loop guard and the copying and forgiving knobs): the fast paths give
+    the plain path's predictions, on prompts marked by `begin` and their continuations."""
+    cfg = {"corpus": "code", "copy_from": copy_from, "self_guard": self_guard, "loop_guard": loop_guard,
+           "p_copy": p_copy, "induction": induction, "induction_decay": 0.5, "forgive": forgive, "copy_window": 48,
+           "alpha_copy": 0.9 if induction else None}
+    pair = make_pair(MODEL, HW, cfg, seed=seed % 7)
+    p, q = pair.target.lm, pair.draft.lm
+    rng = random.Random(seed)
+    prompt = pair.default_prompts(1, rng.randrange(50))[0].ids[: rng.randrange(1, 40)]
+    st_, ref = p.start(), p.start()
+    for t in prompt:
+        st_, ref = p.step(st_, t), p.reference_step(ref, t)
+    st_, ref = p.begin(st_), p.begin(ref)
+    for _ in range(48):
+        assert st_ == ref
+        nxt = p.predict(st_)
+        assert nxt == p.reference_predict(ref) and q.predict(st_) == q.reference_predict(ref)
+        t = nxt if rng.random() < 0.8 else rng.randrange(1, p.plain_vocab)
+        st_, ref = p.step(st_, t), p.reference_step(ref, t)
+
+
+def test_self_guarded_surrogate_never_repeats_its_own_8_grams():
+    """sim.self_guard: whatever the copying knobs, the target's greedy output holds no 8-gram twice (the prompt's
+    own repeats are not its output); without the guard these configurations do repeat themselves."""
+    from simulators.decisions import self_repeat
+    from simulators.surrogate import NGramLM, plain_config
+
+    prompt = [5, 9, 13, 2, 5, 9, 13, 2, 17, 21]
+    for knobs in ({"p_copy": 1.0}, {"induction": 0.9, "induction_decay": 0.5},
+                  {"p_copy": 0.5, "pos_grain": 16, "choice_ctx": 3, "local_frac": 0.6}):
+        outs = {}
+        for guard in (True, False):
+            lm = NGramLM(plain_config(copy_window=256, self_guard=guard, **knobs))
+            st_ = lm.start()
+            for t in prompt:
+                st_ = lm.step(st_, t)
+            st_, out = lm.begin(st_), []
+            for _ in range(200):
+                out.append(lm.predict(st_))
+                st_ = lm.step(st_, out[-1])
+            outs[guard] = out
+        assert self_repeat([outs[True]]) == 0.0, knobs
+        assert self_repeat([outs[False]]) > 0.05, knobs

@@ -66,6 +66,8 @@ def sim_setups(draw):
     sim["local_ctx"] = draw(st.sampled_from([1, 2]))
     sim["local_novel"] = draw(st.booleans())
     sim["loop_guard"] = draw(st.booleans())
+    sim["self_guard"] = draw(st.booleans())
+    sim["copy_from"] = draw(st.sampled_from(["context", "prompt"]))
     sim["induction"] = draw(st.sampled_from([0.0, 0.0, 0.3, 0.9]))
     sim["induction_decay"] = draw(st.sampled_from([1.0, 0.5]))
     sim["alpha_copy"] = draw(st.sampled_from([None, 1.0, 0.5]))

@@ -34,6 +34,19 @@ def test_real_counts_and_repeats_are_kept():
     assert all(0 < i < tok.vocab_size for i in ids)
 
 
+def test_with_copy_from_prompt_the_chat_templates_special_tokens_are_the_surrogates_eos():
+    """sim.copy_from=prompt: a real special token (a chat template's) becomes the surrogate's EOS, which the target
+    never copies; ordinary tokens map as before; without it a special token gets an ordinary stand-in id."""
+    real = make_tokenizer(WORDS)
+    real.add_special_tokens({"additional_special_tokens": ["<|user|>", "<|end|>"]})
+    text = "<|user|> def x ( y ) <|end|>"
+    plain = RealCountTokenizer(surrogate(), real)(text)["input_ids"]
+    marked = RealCountTokenizer(surrogate(), real, specials_eos=True)(text)["input_ids"]
+    eos = surrogate().eos_id
+    assert marked[0] == marked[-1] == eos and plain[0] != eos and plain[-1] != eos
+    assert marked[1:-1] == plain[1:-1] and eos not in plain
+
+
 def test_chat_template_prompts_have_the_real_length(tmp_path: Path):
     real = make_tokenizer([chr(c) for c in range(ord("a"), ord("z") + 1)])
     real.save_pretrained(tmp_path / "tok")
@@ -45,6 +58,10 @@ def test_chat_template_prompts_have_the_real_length(tmp_path: Path):
     ref = load_prompts(data, real, real.vocab_size, 0)
     assert [len(p.ids) for p in sim] == [len(p.ids) for p in ref]
     assert len(sim[0].ids) > 3  # the chat template's tokens are counted too
+    marked = make_pair(load_conf("model", "qwen_coder"), load_conf("hardware", "h100"),
+                       {"prompt_tokens": "tokenizer", "tokenizer": str(tmp_path / "tok"), "copy_from": "prompt"})
+    assert marked.tokenizer.encode("<eos> a") == [marked.tokenizer.surrogate.eos_id, pair.tokenizer.encode("a")[0]]
+    assert pair.tokenizer.encode("<eos>")[0] != pair.tokenizer.surrogate.eos_id
 
 
 def test_ratio_gives_characters_over_ratio_tokens():
