@@ -94,8 +94,9 @@ class SimConfig:
     copy_window: int = opt(256, "text", "how far back the target copies and matches from (tokens): the span of context "
                            "a real LM copies from; not fitted, but it moves held-out error (docs/simulator.md)", lo=3)
     copy_from: str = opt("context", "text", "what the target copies from (p_copy, induction): context (the prompt "
-                         "and its own output) | prompt (the prompt only): of the real pair's greedy HumanEval output "
-                         "8-grams 79% occur in its prompt and none only earlier in the output (docs/simulator.md)",
+                         "and its own output) | prompt (the prompt's text only; a chat template's special tokens, "
+                         "mapped to EOS, are never copied): 79% of the real pair's greedy HumanEval output 8-grams "
+                         "occur in its prompt, none only earlier in the output (docs/simulator.md)",
                          choices=COPY_FROM)
     induction: float = opt(0.2, "text", "match-length copying (0: off; checked first): the longest earlier match of "
                            "the context's suffix (L tokens) is continued with P = 1 - (1 - induction) * "
@@ -121,9 +122,9 @@ class SimConfig:
     loop_guard: bool = opt(False, "text", "the target never writes a span of up to 16 tokens a third time back to "
                            "back: real greedy text does not cycle (0.5% of the real pair's tokens; docs/simulator.md); "
                            "off where a profile was fitted before it (the prior, its recordings not refitted since)")
-    self_guard: bool = opt(False, "text", "the target never writes an 8-gram its output already holds: real greedy "
-                           "text does not repeat itself (none of the real pair's HumanEval output 8-grams, 0.9% of its "
-                           "MT-Bench ones, outside those in the prompt; docs/simulator.md)")
+    self_guard: bool = opt(False, "text", "the target never writes an 8-gram its output already holds unless its "
+                           "prompt does: real greedy text restates its prompt but does not repeat itself (none of the "
+                           "real pair's HumanEval output 8-grams, 0.9% of its MT-Bench ones; docs/simulator.md)")
     forgive: float = opt(0.0, "text", "how often the target reads a token it would not have written (a wrong draft or "
                          "Jacobi guess) as its own and goes on as it would have (0: off): the real pair's Jacobi "
                          "guesses stay right after a wrong cell", lo=0.0, hi=1.0)

@@ -11,8 +11,9 @@ TAIL_LEN tokens, and the slots its copying, surprise and forgiving knobs need).
   replaced by a runner-up when a hash of the position and the last TAIL_LEN tokens says so, so the text is varied
   and repeats common phrases (as code does); with `sim.loop_guard` it never writes a span three times back to
   back (`extends_loop`: a real LM's greedy text does not cycle), and with `sim.self_guard` never an 8-gram its output
-  already holds unless its prompt does (`repeats_output`: nor does it write its own text again). Optionally (`p_copy`) it copies from
-  its own context as real LMs do: what followed the last two tokens the last time (simulators/copyrate.py
+  already holds unless its prompt does (`repeats_output`: nor does it write its own text again). Optionally
+  (`p_copy`) it copies from its own context as real LMs do (with `sim.copy_from=prompt`: from its prompt only): what
+  followed the last two tokens the last time (simulators/copyrate.py
   measures how often real text does). Its varied choices (runner-up, copy) hash the position and the tail;
   `pos_grain` > 1 hashes the position only in blocks of that many tokens and `choice_ctx` only the last few tail
   tokens, so it continues a phrase the same way a few tokens later or after a wrong earlier token, as a real LM
@@ -245,6 +246,7 @@ class NGramLM:
         self.corpus = load_corpus(c.corpus, c.vocab, c.pieces, tokenizer_dir)
         self.vocab_size = self.corpus.tokenizer.vocab_size
         self.plain_vocab = self.corpus.tokenizer.plain_vocab  # ids 1..plain_vocab - 1: ordinary tokens
+        self.eos_id = self.corpus.tokenizer.eos_id             # never copied (copy_from=prompt maps specials to it)
         self.table = ngram_table(c.corpus, c.vocab, c.order, TOP, c.pieces, tokenizer_dir)
         self._corpus_key = (c.corpus, c.vocab, c.pieces, tokenizer_dir)
         self._backoff: dict[tuple[int, ...], tuple[int, ...]] = {}  # last `order` tokens -> candidates (() = none)
@@ -320,7 +322,7 @@ class NGramLM:
         key = self.choice_key(state)
         if self.p_copy and uniform(hash((key, self.seed, SALT_COPY))) < self.p_copy:
             c = self.copied(state.window, self.copy_lo(state))
-            if c is not None and 0 < c < self.plain_vocab:
+            if c is not None and c < self.plain_vocab and c != self.eos_id:
                 return c
         return self.pick(self.candidates(state.tail), uniform(hash((key, self.seed))))
 
@@ -335,7 +337,7 @@ class NGramLM:
         if not self.induction:
             return None
         n, tok = longest_match(state.window, INDUCTION_MAX, self.copy_lo(state))
-        if not n or not 0 < tok < self.plain_vocab:
+        if not n or tok >= self.plain_vocab or tok == self.eos_id:
             return None
         p = self.induction_p[n - 1]
         if self.surprised and n > 1:  # a lone surprising token is still continued as it was before
@@ -520,7 +522,7 @@ class NGramLM:
         span = 1 - p_top
         mult, mask, scale = _GOLDEN, _MASK64, _INV53
         p_copy, copied, grain, cut = self.p_copy, self.copied, self.pos_grain, -self.choice_ctx
-        from_prompt, plain = self.from_prompt, self.plain_vocab
+        from_prompt, plain, eos = self.from_prompt, self.plain_vocab, self.eos_id
         local = grain > 1 or self.choice_ctx < TAIL_LEN
         lfrac, lcut, pick, novel = self.local_frac, -self.local_ctx, self.pick, self.local_novel
 
@@ -534,7 +536,7 @@ class NGramLM:
             key = (state.pos // grain, tail[cut:]) if local else (state.pos, tail)   # choice_key
             if p_copy and (((hash((key, seed, SALT_COPY)) * mult) & mask) >> 11) * scale < p_copy:
                 cp = copied(state.window, state.pos - state.origin if from_prompt else 0)
-                if cp is not None and 0 < cp < plain:
+                if cp is not None and cp < plain and cp != eos:
                     return cp
             ctx = tail[-order:]
             cands = backoff.get(ctx)

@@ -38,7 +38,8 @@ class RealCountTokenizer:
         self.chat_template = getattr(real, "chat_template", None)
         self._map: dict[int, int] = {}
         if specials_eos:
-            specials = set(getattr(real, "all_special_ids", ()) or ()) | set(getattr(real, "added_tokens_decoder", {}) or {})
+            specials = set(getattr(real, "all_special_ids", ()) or ())
+            specials |= set(getattr(real, "added_tokens_decoder", {}) or {})
             self._map.update({int(i): surrogate.eos_id for i in specials})
         self._piece: dict[int, int | None] = {}
 

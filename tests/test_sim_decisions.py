@@ -113,13 +113,20 @@ def test_a_refit_keeps_the_start_profiles_text_rules(recorded, tmp_path, monkeyp
         seen.update(base=dict(base))
         return dict(base)
 
+    import simulators.sim_profiles as sim_profiles
+
+    stored = sim_profiles.load_profile
+
+    def with_rules(name):   # a start profile that has the rules (the committed chat profile has the loop guard)
+        return {**stored(name), **rules} if name == "qwen_coder_humaneval_chat" else stored(name)
+
     monkeypatch.setattr(fit, "id_mapper", lambda *a, **k: mapper)
     monkeypatch.setattr(fit, "fit_profile", fake_fit)
+    monkeypatch.setattr(sim_profiles, "load_profile", with_rules)
     a = SimpleNamespace(dir=str(recorded), records=None, dataset=None, model="qwen_coder", name="qwen_coder_test",
                         task="synthetic", tokenizer=None, out_dir=str(tmp_path), corpus=None,
                         start="qwen_coder_humaneval_chat", rounds=1, near=1, jobs=1, knobs="p_copy")
-    start = yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval_chat.yaml").read_text())
-    assert {k: start[k] for k in rules} == rules
+    assert yaml.safe_load((conf_root() / "sim" / "qwen_coder_humaneval_chat.yaml").read_text())["loop_guard"] is True
     assert fit.main(a) == 0
     assert {k: seen["base"][k] for k in rules} == rules
     written = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())

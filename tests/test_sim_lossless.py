@@ -36,10 +36,16 @@ MEMORY = _memory_file()
 
 
 def reference_greedy_lm(lm, prompt, max_new_tokens, eos_ids=(), max_context=1 << 30):
+    """The target's greedy text after `prompt` (marked as the prompt where the model takes one: sim.copy_from,
+    sim.self_guard tell the prompt from the output)."""
     ids, out = list(prompt), []
+    begin = getattr(lm, "begin", lambda s: s)
     for _ in range(max_new_tokens):
         st = lm.start()
-        for t in ids:  # no incremental state: the whole context every time
+        for t in prompt:  # no incremental state: the whole context every time
+            st = lm.step(st, t)
+        st = begin(st)
+        for t in out:
             st = lm.step(st, t)
         nxt = lm.predict(st)
         ids.append(nxt)
