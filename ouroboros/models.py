@@ -67,7 +67,8 @@ class LoadedPair:
     eos_ids: tuple[int, ...] = ()
 
 
-SIM_SECTIONS = ("profile", "sim_profiles")  # the simulator's sections of a model YAML; not loading options
+# the simulator's sections of a model YAML; not loading options
+SIM_SECTIONS = ("profile", "sim_profiles", "sim_category_profiles")
 
 
 def loading_options(model: dict) -> tuple[str, dict]:

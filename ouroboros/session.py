@@ -123,6 +123,12 @@ def open_session(run: RunConfig) -> Session:
               f"{', '.join(skipped)}", file=sys.stderr)
     if not prompts:
         raise OuroborosError("the dataset gave no prompts")
+    if sim_pair is not None and sim_pair.by_category:   # sim.by_category: each category's profile decides its prompts
+        counts = sim_pair.route(prompts)
+        rest = len(prompts) - sum(counts.values())
+        print("note: decisions per prompt category: " + ", ".join(f"{n} decides {k}" for n, k in sorted(
+            counts.items())) + f", {run.sim.get('profile') or 'the run options'} {rest} (sim.by_category)",
+            file=sys.stderr)
     if run.backend_kind == "sim":   # the profile as simulated: sim.placement / sim.devices override its own
         hardware = {**(run.hardware or {}), **{k: run.sim[k] for k in ("placement", "devices") if run.sim.get(k)}}
     else:

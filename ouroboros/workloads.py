@@ -55,7 +55,8 @@ REFINE = {
 NEW_NAMES = ("value", "item", "result", "total", "count", "current", "element", "entry", "data", "values",
              "acc", "tmp", "idx", "output", "number", "text", "pieces", "collected", "seen", "best")
 # model fields that do not change the target's greedy answers: the draft, where files live, simulator sections
-NOT_IN_KEY = ("draft", "draft_layers", "draft_noise", "cache_dir", "wheel_dir", "profile", "sim_profiles")
+NOT_IN_KEY = ("draft", "draft_layers", "draft_noise", "cache_dir", "wheel_dir", "profile", "sim_profiles",
+              "sim_category_profiles")
 BUILD_COMMAND = "python -m ouroboros.answers"
 
 

@@ -148,6 +148,9 @@ class SimBackend(HostCharging, SequenceBackend):
                  name: str = "model"):
         super().__init__(name, max_context)
         self.lm = lm
+        self.base_lm = lm
+        # prompt ids -> the token source deciding that prompt (sim.by_category: SimPair.route); others: base_lm
+        self.routes: dict[tuple[int, ...], TokenModel] = {}
         self.cost = cost
         self.clock = clock
         self.vocab_size = lm.vocab_size
@@ -157,9 +160,13 @@ class SimBackend(HostCharging, SequenceBackend):
 
     def fresh(self) -> SimBackend:
         """A new, empty backend on the same token source and cost model, with a clock of its own."""
-        return SimBackend(self.lm, self.cost, SimClock(), self.max_context, self.name)
+        out = SimBackend(self.base_lm, self.cost, SimClock(), self.max_context, self.name)
+        out.routes = self.routes
+        return out
 
     def _restart(self, prompt: list[int]) -> None:
+        if self.routes:
+            self.lm = self.routes.get(tuple(prompt), self.base_lm)
         step = self.lm.step
         st = self.lm.start()
         states = [st]

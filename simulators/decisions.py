@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
 from ouroboros.metrics import PromptResult, RunResult, pool_rates
 from ouroboros.strategies import build_proposer, get_spec
@@ -57,6 +58,7 @@ class RealRun:
     results: list[PromptResult] = field(default_factory=list)   # replayed, in recorded order per folder
     prompts: list[list[int]] = field(default_factory=list)       # real prompt ids, same order
     groups: list[int] = field(default_factory=list)              # which folder (one proposer per folder)
+    categories: list[str] = field(default_factory=list)          # the prompts' dataset categories, same order
     unrecorded: dict[str, int] = field(default_factory=dict)     # prompt id -> contexts the replay asked, not recorded
     # how the recorded prompts were rendered (chat, template); recordings that do not say it used bare prompts
     prompt_format: dict[str, Any] = field(default_factory=lambda: dict(BARE_PROMPTS))
@@ -107,6 +109,7 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
                 run.results.append(res)
                 run.prompts.append(list(p.ids))
                 run.groups.append(g)
+                run.categories.append(p.category)
     return runs
 
 
@@ -163,6 +166,7 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
                                             [StepRecord(**s) for s in d["steps"]], dict(d["proposer_stats"])))
             run.prompts.append(list(p.ids))
             run.groups.append(group)
+            run.categories.append(p.category)
     return runs
 
 
@@ -326,6 +330,8 @@ def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper
             if run.warmup:
                 warm_up(pair, proposers[g], [map_id(t) for t in run.prompts[first]], run.warmup)
         ids = [map_id(t) for t in run.prompts[i]]
+        if pair.by_category and i < len(run.categories):   # sim.by_category: the prompt's category profile
+            pair.route([Prompt(run.results[i].prompt_id, ids, None, run.categories[i])])
         if prompts is not None:
             prompts.append(ids)
         out.append(decode(pair.target, proposers[g], ids, run.budget, pair.eos_ids, prompt_id=run.results[i].prompt_id))

@@ -16,7 +16,8 @@ Knows nothing of strategies or the loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,6 +49,21 @@ class SimPair:
     profile: PairProfile | None = None
     hardware: Hardware | None = None
     _prompt_fn: Callable[[int, int], list[Prompt]] | None = None
+    # sim.by_category: category -> (profile name, its target and draft token sources); `route` assigns the prompts
+    by_category: dict[str, tuple[str, Any, Any]] = field(default_factory=dict)
+
+    def route(self, prompts: Sequence[Prompt]) -> dict[str, int]:
+        """Each prompt of a category that sim.by_category names is decided by that category's profile (target and
+        draft both); the others by the run's options. Returns profile name -> prompts it decides."""
+        counts: dict[str, int] = {}
+        for p in prompts:
+            if p.category in self.by_category:
+                name, lm, q = self.by_category[p.category]
+                for backend, source in ((self.target, lm), (self.draft, q)):
+                    assert isinstance(backend, SimBackend)
+                    backend.routes[tuple(p.ids)] = source
+                counts[name] = counts.get(name, 0) + 1
+        return counts
 
     def default_prompts(self, n: int, seed: int = 0) -> list[Prompt]:
         """n embedded prompts (no download); surrogate tokens only."""
@@ -82,6 +98,45 @@ def pair_costs(prof: PairProfile, hw: Hardware, opts: SimConfig) -> dict[str, Co
     return out
 
 
+# What a category's profile decides (sim.by_category): its text prior and draft agreement; the source, clock and
+# machine stay the run's. Its surrogate must read the prompts' ids as the run's does: these options are shared.
+ROUTED_GROUPS = ("text", "draft")
+SHARED_TEXT = ("corpus", "vocab", "pieces", "tokenizer")
+
+
+def category_options(opts: SimConfig) -> dict[str, SimConfig]:
+    """sim.by_category as category -> the options that category's prompts are decided with: the run's, with the
+    named profile's text and draft options wherever the run has its own profile's (or, with none, the default) value:
+    a sim.<key> typed on the command line wins on every prompt. Unknown profiles, another pair's, one whose
+    surrogate would read the prompt ids otherwise, and a token source other than the surrogate are one error line."""
+    if not opts.by_category:
+        return {}
+    from simulators.sim_profiles import check_profile_name, load_profile
+
+    if opts.tokens not in ("surrogate", "iid"):
+        raise OuroborosError(f"sim.by_category picks a surrogate's options per prompt category; sim.tokens="
+                             f"{opts.tokens} decides every prompt from its own source: set sim.by_category=null")
+    base = {**SIM_DEFAULTS, **(load_profile(opts.profile) if opts.profile else {})}
+    routed = [f.name for f in dataclasses.fields(SimConfig) if f.metadata["group"] in ROUTED_GROUPS]
+    made: dict[str, SimConfig] = {}
+    for name in sorted(set(opts.by_category.values())):
+        check_profile_name(name)
+        prof = {**SIM_DEFAULTS, **load_profile(name)}
+        if opts.pair is not None and prof.get("pair") != opts.pair:
+            raise OuroborosError(f"sim.by_category names profile {name!r} of pair {prof.get('pair')!r}; this run's "
+                                 f"options are pair {opts.pair!r}'s")
+        own = opts.as_dict()
+        cat = sim_options({**own, **{k: prof[k] for k in routed if own[k] == base[k]},
+                           "profile": name, "fit": prof.get("fit"), "by_category": None})
+        differ = [f"{k} {getattr(cat, k)!r} there, {getattr(opts, k)!r} here" for k in SHARED_TEXT
+                  if getattr(cat, k) != getattr(opts, k)]
+        if differ:
+            raise OuroborosError(f"sim.by_category: profile {name!r} reads prompt ids otherwise than this run's "
+                                 f"options ({'; '.join(differ)}); a category profile must share them")
+        made[name] = cat
+    return {c: made[n] for c, n in opts.by_category.items()}
+
+
 def pair_setup(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, Any] | SimConfig | None = None
                ) -> tuple[SimConfig, PairProfile, Hardware, dict[str, Any]]:
     """(options, pair profile, hardware with its placement, cost models): everything `make_pair` checks before it
@@ -99,6 +154,7 @@ def pair_setup(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, A
     if opts.placement or opts.devices:
         hw = hw.with_placement(opts.placement, opts.devices)
     check_fits(prof.target, prof.draft, hw, opts.dtype, opts.ctx)
+    category_options(opts)
     return opts, prof, hw, pair_costs(prof, hw, opts)
 
 
@@ -181,13 +237,22 @@ def _make_pair(opts: SimConfig, prof: PairProfile, hw: Hardware, costs: dict[str
         ctx = min(prof.target.max_context, prof.draft.max_context)
         target = SimBackend(lm, costs["target"], clock, ctx, name=prof.target.name)
         draft = SimBackend(q, costs["draft"], clock, ctx, name=prof.draft.name)
+        per_cat = category_options(opts)
+        sources: dict[str, tuple[str, Any, Any]] = {}
+        for cat_opts in per_cat.values():   # one token source per category profile
+            name = str(cat_opts.profile)
+            if name not in sources:
+                c_lm = NGramLM(cat_opts, seed=seed, memory=memory, tokenizer_dir=real_dir)
+                sources[name] = (name, c_lm, (IIDDraftLM if kind == "iid" else NoisyDraftLM)(c_lm, cat_opts,
+                                                                                            seed=seed + 1))
+        by_category = {c: sources[str(o.profile)] for c, o in per_cat.items()}
 
         def prompts(n: int, s: int) -> list[Prompt]:
             return [Prompt(id=f"sim-{opts.corpus}-{i}", ids=ids, category=opts.corpus,
                            text=lm.corpus.tokenizer.decode(ids)) for i, ids in enumerate(lm.prompts(n, s))]
 
         tok = prompt_tokenizer(opts, model, lm.corpus.tokenizer)
-        return SimPair(target, draft, clock, tok, (lm.corpus.tokenizer.eos_id,), costs, prof, hw, prompts)
+        return SimPair(target, draft, clock, tok, (lm.corpus.tokenizer.eos_id,), costs, prof, hw, prompts, by_category)
     if kind == "replay":
         return replay_pair(opts, prof, hw, costs, clock)
     return proxy_pair(opts, prof, hw, costs, clock)

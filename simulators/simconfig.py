@@ -73,6 +73,11 @@ class SimConfig:
                                 "pieces=real; null: the fetched pair's)")
     chars_per_token: float | None = opt(None, "source", "characters per token (prompt_tokens=ratio): measured on "
                                         "the dataset with the pair's real tokenizer", lo=1e-9)
+    by_category: dict[str, str] | None = opt(None, "source", "per prompt category (the dataset's own, e.g. MT-Bench's "
+                                             "writing ... humanities), the profile whose text and draft options "
+                                             "decide that category's prompts; others get these options: the real "
+                                             "pair's block efficiency differs up to 1.6x between MT-Bench categories "
+                                             "(docs/simulator.md); set from the model YAML's sim_category_profiles")
     # ------------------------------------------------------------------------------------------ text prior
     corpus: str = opt("code", "text", "the text the target continues: code (stdlib top-level modules) | pycode "
                       "(stdlib packages only, none of REST's stdlib datastore) | prose (the interpreter's help "
@@ -226,6 +231,11 @@ def checked_type(name: str, value: Any, hint: Any) -> Any:
         if value is None or isinstance(value, dict):
             return value
         raise OuroborosError(f"sim.{name} must be a mapping, got {value!r}")
+    if hint == dict[str, str] | None:   # names by name (by_category)
+        if value is None or isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                            for k, v in value.items()):
+            return None if value is None else dict(value)
+        raise OuroborosError(f"sim.{name} must be a mapping of names to names, got {value!r}")
     try:
         return check_type(value, hint)
     except TypeError as e:

@@ -50,7 +50,7 @@ def pair_name(model: dict[str, Any]) -> str:
     return str(model.get("name") or model.get("kind") or "pair").replace("-", "_")
 
 
-def default_profile(model: dict[str, Any], dataset: dict[str, Any]) -> str | None:
+def default_profile(model: dict[str, Any], dataset: dict[str, Any], formats: bool = True) -> str | None:
     """The model YAML's `sim_profiles:` entry for the dataset's task, else conf/sim/<pair>_<task>.yaml when that
     profile was fitted for this pair (what `calibrate measured` writes). Where that profile's recordings rendered
     their prompts otherwise than this dataset does and another profile of the pair and task was fitted on this
@@ -63,8 +63,8 @@ def default_profile(model: dict[str, Any], dataset: dict[str, Any]) -> str | Non
         path = conf_root() / "sim" / f"{pair_name(model)}_{task}.yaml"
         if path.is_file() and stored_profiles().get(path.stem, {}).get("pair") == pair_name(model):
             named = path.stem
-    if not named:
-        return None
+    if not named or not formats:   # formats=False: the task's named profile, whatever the prompts' rendering
+        return str(named) if named else None
     profs = stored_profiles()
     fit = (profs.get(str(named)) or {}).get("fit") or {}
     if not other_format(fit, dataset):
@@ -95,8 +95,16 @@ def with_default_profile(sim: dict[str, Any], model: dict[str, Any], dataset: di
     from simulators.sim_profiles import load_profile
 
     prof = load_profile(name)
+    routes = category_profiles(model, dataset) if name == default_profile(model, dataset, formats=False) else None
     kept = {k.split(".", 1)[1] for k in typed if k.startswith("sim.")}
-    return {**sim, **prof, **{k: sim[k] for k in kept if k in sim}}
+    return {**sim, **prof, **({"by_category": routes} if routes else {}), **{k: sim[k] for k in kept if k in sim}}
+
+
+def category_profiles(model: dict[str, Any], dataset: dict[str, Any]) -> dict[str, str] | None:
+    """The model YAML's `sim_category_profiles:` entry for the dataset's task (category -> profile), or None."""
+    task = dataset_task(dataset)
+    routes = (model.get("sim_category_profiles") or {}).get(task) if task else None
+    return {str(k): str(v) for k, v in routes.items()} if routes else None
 
 
 # ----------------------------------------------------------------------------------------------- sources
@@ -138,6 +146,8 @@ def decision_source(sim: dict[str, Any], dataset: dict[str, Any] | None = None) 
     if fit:
         src = {"kind": "profile", "name": sim.get("profile") or sim.get("pair"), "method": profile_method(fit),
                "fitted_to": fitted_to(fit)}
+        if sim.get("by_category"):   # each category's prompts decided by its own profile
+            src["by_category"] = dict(sim["by_category"])
         return {**src, "other_format": True} if other_format(fit, dataset) else src
     return {"kind": "prior", "name": None, "fitted_to": "not calibrated for this pair and task"}
 
@@ -200,7 +210,9 @@ def record_decisions(sim: dict[str, Any], strategy: str, dataset: dict[str, Any]
 def source_label(src: dict[str, Any]) -> str:
     if src["kind"] == "profile":
         other = ", other prompt format" if src.get("other_format") else ""
-        return f"profile {src['name']} ({src.get('method')}{other})"
+        cats = (f" + per category {', '.join(sorted(set(src['by_category'].values())))}"
+                if src.get("by_category") else "")
+        return f"profile {src['name']} ({src.get('method')}{other}){cats}"
     if src["kind"] in ("recorded", "proxy"):
         return f"{src['kind']} {src['name']}"
     return src["kind"]
@@ -220,6 +232,13 @@ def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, 
         off = "; sim=default opts out" if "sim" not in typed else ""
         notes = [f"decisions: profile {src['name']} {how} {task or 'this run'} (fitted to {src['fitted_to']}){other}"
                  f"{off}"]
+        if src.get("by_category"):
+            groups: dict[str, list[str]] = {}
+            for c, n in src["by_category"].items():
+                groups.setdefault(n, []).append(c)
+            notes.append("decisions: per prompt category, " + "; ".join(
+                f"{n} ({', '.join(cs)})" for n, cs in sorted(groups.items())) + f" decide those prompts, {src['name']} "
+                "the others; sim.by_category=null opts out")
         if src.get("other_format"):
             fitted = prompt_format((sim.get("fit") or {}).get("inputs", {}).get("prompt_format") or {})
             mine = prompt_format(dataset)

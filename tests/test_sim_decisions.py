@@ -228,6 +228,8 @@ def test_calibrate_and_check_read_a_sweeps_records(swept, tmp_path, monkeypatch,
     assert fit.main(a) == 0
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())
     assert prof["fit"]["inputs"]["recorded_runs"] == ["pld", "speculative"] and prof["fit"]["inputs"]["prompts"] == 4
+    assert prof["fit"]["inputs"]["fit_prompt_ids"] == ["synthetic-0", "synthetic-2"]   # the even positions it fitted
+    assert prof["fit"]["inputs"]["categories"] == ["synthetic"]
     assert "real greedy sweep" in prof["fit"]["inputs_source"]
     assert "--records <sweep records> --dataset synthetic" in prof["fit"]["command"]
     assert fit.main(SimpleNamespace(**{**vars(a), "runs": "speculative", "name": "qwen_coder_test2"})) == 0
@@ -254,6 +256,9 @@ def test_calibrate_and_check_read_a_sweeps_records(swept, tmp_path, monkeypatch,
     with pytest.raises(OuroborosError, match="not both"):
         check.main(SimpleNamespace(model="qwen_coder", dataset="synthetic", max_new_tokens=12, dir="x",
                                    records=str(swept), sim=None, tokenizer=None))
+    with pytest.raises(OuroborosError, match="names no sim_category_profiles for synthetic"):
+        check.main(SimpleNamespace(model="qwen_coder", dataset="synthetic", max_new_tokens=12, dir=None,
+                                   records=str(swept), sim=None, tokenizer=None, by_category=True))
 
 
 def sweep_into(out: Path, extra: list[str]) -> None:
@@ -485,6 +490,10 @@ def test_bands_from_a_sweeps_records_score_each_sweeps_held_out_prompts(swept, t
         (s, ids) for s in ("pld", "speculative") for ids in (("synthetic-1",), ("synthetic-1", "synthetic-3"))]
     assert all(c["source"] == "profile_recorded" and c["metric"] == "block_efficiency" for c in cells)
     assert len(lines) == 4 and "eta real" in lines[0]
+    prof["fit"] = {"inputs": {"fit_prompts": "even positions", "fit_prompt_ids": ["synthetic-3"]}}
+    cells = bands.records_cells([f"synthetic={out}:p"], lines.append)   # a prompt a profile lists is never a cell's
+    assert sorted((c["strategy"], tuple(c["prompts"])) for c in cells) == [
+        (s, ("synthetic-1",)) for s in ("pld", "pld", "speculative", "speculative")]
     prof["fit"] = {"inputs": {"fit_prompts": "all"}}
     with pytest.raises(OuroborosError, match="no prompt of the file is known to be held out"):
         bands.records_cells([f"synthetic={out}:p"], lines.append)

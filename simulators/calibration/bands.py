@@ -138,23 +138,40 @@ def recorded_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
     return cells
 
 
-def records_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
+def records_cells(specs: list[str], out=print, by_category: bool = False) -> list[dict[str, Any]]:
     """profile_recorded from real sweeps: each `TASK=FILE:PROFILE` is a sweep's records file whose even-position
     prompts PROFILE was fitted to (`calibrate decisions --records`); every sweep of a point (a group of prompts) gives
     one cell per strategy: the surrogate's block efficiency under the profile against the real pair's on that
-    group's odd-position prompts, which no profile saw."""
+    group's odd-position prompts, less any prompt a profile lists among its fit prompts (`fit_prompt_ids`).
+    `by_category`: each prompt decided as a run on PROFILE decides it, by its category's profile where the model
+    YAML's sim_category_profiles names one for TASK (those profiles must list their fit prompts)."""
     from simulators.decisions import id_mapper, load_sweep, sim_pooled, split, stats
+    from simulators.profiles import load_conf
+    from simulators.sim_profiles import load_profile
+    from simulators.trust import category_profiles
 
     cells = []
     for spec in specs:
         task, path, profile, opts, model = profile_spec(spec, "--records", "FILE")
-        fitted = (opts.pop("fit", None) or {}).get("inputs", {}).get("fit_prompts")
-        if fitted != "even positions":
+        fit = (opts.pop("fit", None) or {}).get("inputs", {})
+        if fit.get("fit_prompts") != "even positions":
             raise OuroborosError(f"--records {spec!r}: {profile} was not fitted on a records file's even positions "
-                                 f"(its fit: {fitted!r}), so no prompt of the file is known to be held out")
+                                 f"(its fit: {fit.get('fit_prompts')!r}), so no prompt of the file is known to be "
+                                 "held out")
+        seen = set(fit.get("fit_prompt_ids") or [])
+        routes = category_profiles(load_conf("model", model), {"kind": task}) if by_category else None
+        for name in sorted(set((routes or {}).values())):
+            ids = ((load_profile(name).get("fit") or {}).get("inputs") or {}).get("fit_prompt_ids")
+            if ids is None:
+                raise OuroborosError(f"--records {spec!r} --by-category: {name} does not list its fit prompts "
+                                     "(fit.inputs.fit_prompt_ids), so no prompt is known to be held out from it")
+            seen |= set(ids)
+        if routes:
+            opts["by_category"] = routes
+            profile += " + per category " + ", ".join(sorted(set(routes.values())))
         mapper = id_mapper(model)
         for label, run in load_sweep(path, model, task).items():
-            held = split(len(run.results))[1]
+            held = [i for i in split(len(run.results))[1] if run.results[i].prompt_id not in seen]
             for g in sorted(set(run.groups)):
                 pos = [i for i in held if run.groups[i] == g]
                 if not pos:
@@ -225,6 +242,9 @@ def add_args(ap) -> None:
                     help="or a real sweep's records file whose even-position prompts PROFILE was fitted to "
                          "(`calibrate decisions --records`; repeatable): its odd-position prompts give the "
                          "profile_recorded band")
+    ap.add_argument("--by-category", action="store_true",
+                    help="--records: decide each prompt by its category's profile where the model YAML names one "
+                         "for the task (sim_category_profiles), as a run on PROFILE does")
     ap.add_argument("--keep-recorded", action="store_true",
                     help="keep the profile_recorded cells the bands file already holds from recorded traces "
                          "(--recorded runs of an earlier measurement whose traces are not at hand), beside new ones")
@@ -241,10 +261,12 @@ def main(a: Any, out=print) -> int:
     loto = loto_cells(a.prompts, a.seed, out)
     prior = prior_cells(a.prompts, a.seed, out)
     recorded = (recorded_cells(a.recorded, out) if a.recorded else []) + \
-        (records_cells(a.records, out) if a.records else []) + kept
+        (records_cells(a.records, out, getattr(a, "by_category", False)) if a.records else []) + kept
     cmd = f"python -m simulators calibrate bands --prompts {a.prompts} --seed {a.seed}" + "".join(
         f" --recorded {spec.split('=', 1)[0]}=<recorded runs>:{spec.rpartition(':')[2]}" for spec in a.recorded) + \
         "".join(f" --records {spec.split('=', 1)[0]}=<sweep records>:{spec.rpartition(':')[2]}" for spec in a.records)
+    if getattr(a, "by_category", False):
+        cmd += " --by-category"
     if kept:
         cmd += " --keep-recorded"
     held = [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]}" for sp in a.recorded]

@@ -235,6 +235,7 @@ def main(a) -> int:
         start_fit = {"profile": a.start, **{k: earlier[k] for k in ("command", "commit") if k in earlier}}
         if earlier.get("task") == a.task and (earlier.get("inputs") or {}).get("recorded_runs"):
             start_fit["recorded_runs"] = list(earlier["inputs"]["recorded_runs"])   # what its knobs were fitted to
+            start_fit["fit_prompt_ids"] = list(earlier["inputs"].get("fit_prompt_ids") or [])
     base["corpus"] = a.corpus or base.get("corpus") or task_corpus(a.task)
     real = load_real(a.dir, a.model) if a.dir else load_sweep(a.records, a.model, a.dataset or a.task, a.tokenizer)
     if getattr(a, "runs", None):
@@ -256,7 +257,12 @@ def main(a) -> int:
            "inputs": {"recorded_runs": sorted({r.replace(str(Path.home()), "~") for r in real}
                                               | set((start_fit or {}).get("recorded_runs", []) if knobs else [])),
                       "prompts": n,
+                      **({"categories": cats} if (cats := sorted({c for r in real.values() for c in r.categories
+                                                                   if c})) else {}),
                       "fit_prompts": "even positions",
+                      "fit_prompt_ids": sorted({run.results[i].prompt_id for run in real.values()
+                                                for i in split(len(run.results))[0]}
+                                               | set((start_fit or {}).get("fit_prompt_ids", []) if knobs else [])),
                       "prompt_format": next(iter(real.values())).prompt_format,
                       "max_new_tokens": next(iter(real.values())).budget},
            "inputs_source": ("real greedy runs of the pair recorded by `python -m simulators check clock` (traces "

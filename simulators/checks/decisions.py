@@ -34,6 +34,9 @@ def add_args(ap) -> None:
     ap.add_argument("--records", default=None, help="or a real sweep's records file (its points on --dataset; no "
                                                     "trace needed)")
     ap.add_argument("--sim", default=None, help="the sim profile to check (conf/sim/<name>.yaml)")
+    ap.add_argument("--by-category", action="store_true",
+                    help="decide each prompt by its category's profile, as a run on the task's profile does (the "
+                         "model YAML's sim_category_profiles for --dataset; --sim: the profile of the others)")
     ap.add_argument("--tokenizer", default=None, help="the pair's tokenizer dir (default: the fetched one)")
     ap.add_argument("--prompts", choices=("held-out", "all"), default="held-out",
                     help="held-out: the odd positions (a profile fitted to these records saw the even ones); all: "
@@ -52,22 +55,35 @@ def main(a) -> int:
     else:
         real = load_real(a.dir or str(default_cache_dir() / "decisions" / f"{a.model}-{a.dataset}-{a.max_new_tokens}"),
                          a.model)
-    validate(real, a.sim, a.model, a.tokenizer, every=getattr(a, "prompts", "held-out") == "all")
+    routes = None
+    if getattr(a, "by_category", False):
+        from simulators.profiles import load_conf
+        from simulators.trust import category_profiles
+
+        routes = category_profiles(load_conf("model", a.model), {"kind": a.dataset})
+        if not routes:
+            raise OuroborosError(f"--by-category: conf/model/{a.model}.yaml names no sim_category_profiles for "
+                                 f"{a.dataset}")
+    validate(real, a.sim, a.model, a.tokenizer, every=getattr(a, "prompts", "held-out") == "all", by_category=routes)
     return 0
 
 
 def validate(real: dict[str, RealRun], sim: str | None, model: str = "qwen_coder", tokenizer: str | None = None,
-             out=print, every: bool = False) -> dict[str, Any]:
-    """Real vs simulated statistics on the held-out prompts (`every`: on all of them, none was fitted)."""
+             out=print, every: bool = False, by_category: dict[str, str] | None = None) -> dict[str, Any]:
+    """Real vs simulated statistics on the held-out prompts (`every`: on all of them, none was fitted);
+    `by_category`: category -> the profile deciding its prompts (sim.by_category)."""
     from simulators.sim_profiles import load_profile
 
     opts = load_profile(sim) if sim else {}
     opts.pop("fit", None)
+    if by_category:
+        opts["by_category"] = by_category
     mapper = id_mapper(model, tokenizer)
     rows = compare(real, opts, mapper, "all" if every else "eval")
     for line in unrecorded_notes(real):
         out(line)
-    out(f"{'every prompt' if every else 'held-out prompts (odd positions)'}, sim={sim or 'default'}:")
+    per = f" + per category {', '.join(sorted(set(by_category.values())))}" if by_category else ""
+    out(f"{'every prompt' if every else 'held-out prompts (odd positions)'}, sim={sim or 'default'}{per}:")
     out(table(rows))
     sc = score(rows)
     out(f"within target (eta, c 10%; #Match, hit rates 15%): {sc['ok']}/{sc['all']}; misses: "
