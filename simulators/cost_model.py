@@ -23,6 +23,13 @@
   sequence: t = fixed + token_s sum k + max(weight_s, flop tile(sum k)) + sum(kv ctx_i + attn k_i (ctx_i + k_i)).
   This is why speculation pays less under load: at B = 1 verifying k tokens costs about one weight read, but
   once sum(k_i) crosses the roofline's ridge every drafted token costs compute. `calibrate batch` measures it.
+- one_row_s: what a forward over ONE new token (one row, no batch) costs beyond the formula: matrix-vector
+  kernels are not the matrix-matrix ones. Measured with torch's bf16 CPU kernels, the 1.5B target's one-token
+  forward is slower than its 2- and 4-token ones on three CPUs (Zen 4 with avx512_bf16: 280 vs 240 ms; Xeon with
+  avx512_bf16: 315 vs 298 ms; Xeon with AMX: 275 vs 272 ms at 4), so a monotone formula fitted through them puts
+  vanilla's decode step, the step every speedup divides by, 12-14% fast. `fit` fits the formula to the multi-token
+  forwards and sets this to the one-token points' mean excess over it (never below 0); every other source leaves
+  it 0.
 - head_s_per_row: what one LM-head output row (a logits row) costs. The formula above is for a forward that
   computes logits at every fed token, as scoring does (k rows); one that keeps fewer (`logits=`: a prefill keeps
   1) is cheaper by head_s_per_row per row not computed, floored at fixed + weight reads + KV reads. A big
@@ -69,6 +76,7 @@ class CostModel:
     kv_s_per_ctx: float = 0.0
     attn_s_per_q_ctx: float = 0.0
     head_s_per_row: float = 0.0
+    one_row_s: float = 0.0       # extra for a forward of one new token (module doc)
     roofline_p: float = 0.0      # 0: max(weights, flops); p > 0: (w^p + f^p)^(1/p) (module doc)
     name: str = ""
 
@@ -99,6 +107,8 @@ class CostModel:
             raise OuroborosError(f"a forward needs k >= 1 new tokens and ctx >= 0 cached ones, got k={k}, ctx={ctx}")
         t = (self.fixed_s + self.token_s * k + self.matmul_s(k)
              + ctx * self.kv_s_per_ctx + self.attn_s_per_q_ctx * k * (ctx + k))
+        if k == 1:
+            t += self.one_row_s
         if logits is not None and logits < k and self.head_s_per_row:
             floor = self.fixed_s + self.weight_s + ctx * self.kv_s_per_ctx
             t = max(t - self.head_s_per_row * (k - max(logits, 1)), floor)
@@ -143,7 +153,7 @@ class CostModel:
         return replace(self, fixed_s=self.fixed_s * factor, token_s=self.token_s * factor,
                        weight_s=self.weight_s * factor, flop_s_per_token=self.flop_s_per_token * factor,
                        kv_s_per_ctx=self.kv_s_per_ctx * factor, attn_s_per_q_ctx=self.attn_s_per_q_ctx * factor,
-                       head_s_per_row=self.head_s_per_row * factor)
+                       head_s_per_row=self.head_s_per_row * factor, one_row_s=self.one_row_s * factor)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -252,14 +262,32 @@ def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name
     """Least squares (relative residuals, non-negative parameters) of the cost formula over measured points;
     the tile and the roofline's shape (`roofline_p`) are chosen from `tiles` x `roofline_ps` by the best fit (a
     smooth shape must beat the sharp one by more than 1 point of mean relative error to be taken: it has no more
-    parameters, but a noisy grid should not buy one)."""
+    parameters, but a noisy grid should not buy one). Where there are one-token points and enough others, the
+    formula is fitted to the others and `one_row_s` is the one-token points' mean excess over it (module doc)."""
     import numpy as np
-    from scipy.optimize import least_squares
 
     if len(points) < MIN_FIT_POINTS:
         raise OuroborosError(f"fitting the cost model needs >= {MIN_FIT_POINTS} points, got {len(points)}")
     if any(p.seconds <= 0 or p.k < 1 or p.ctx < 0 or p.batch < 1 for p in points):
         raise OuroborosError("fit points need k >= 1, ctx >= 0, batch >= 1 and seconds > 0")
+    ones = [p for p in points if p.k * p.batch == 1]
+    rest = [p for p in points if p.k * p.batch > 1]
+    if not ones or len(rest) < MIN_FIT_POINTS:
+        cm = _fit_formula(points, tiles, name, roofline_ps)
+    else:
+        cm = _fit_formula(rest, tiles, name, roofline_ps)
+        excess = float(np.mean([p.seconds - cm.forward_s(1, p.ctx) for p in ones]))
+        cm = replace(cm, one_row_s=max(excess, 0.0))
+    rel = tuple(cm.batch_forward_s([(p.k, p.ctx, None)] * p.batch) / p.seconds - 1 for p in points)
+    return cm, FitReport(sum(map(abs, rel)) / len(rel), max(map(abs, rel)), rel)
+
+
+def _fit_formula(points: list[FitPoint], tiles: tuple[int, ...], name: str,
+                 roofline_ps: tuple[float, ...]) -> CostModel:
+    """The formula's least-squares fit (no one_row_s): `fit` without the one-token split."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
     b = np.array([p.batch for p in points], dtype=float)
     k = np.array([p.k for p in points], dtype=float) * b          # tokens in the forward
     kq = np.array([p.k for p in points], dtype=float)             # per sequence
@@ -295,9 +323,6 @@ def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name
         raise OuroborosError("fit needs at least one tile and one roofline shape")
     sharp, smooth = best.get(False), best.get(True)
     if smooth is not None and (sharp is None or smooth[0] < sharp[0] - 0.01):
-        cm = smooth[1]
-    else:
-        assert sharp is not None
-        cm = sharp[1]
-    rel = tuple(cm.batch_forward_s([(p.k, p.ctx, None)] * p.batch) / p.seconds - 1 for p in points)
-    return cm, FitReport(sum(map(abs, rel)) / len(rel), max(map(abs, rel)), rel)
+        return smooth[1]
+    assert sharp is not None
+    return sharp[1]

@@ -134,6 +134,31 @@ def test_fit_recovers_a_known_model():
         fit([FitPoint(1, 0, -1.0)] * 8)
 
 
+def test_a_one_row_forward_costs_its_own_measured_extra_and_fit_finds_it():
+    """torch's bf16 CPU kernels run a one-token forward slower than a 2- or 4-token one (module doc): `one_row_s`
+    adds to a forward of exactly one new token, nothing else; `fit` sets it from the k = 1 points' excess over the
+    formula fitted to the others, and leaves it 0 without them."""
+    from dataclasses import replace
+
+    from simulators.cost_model import FitPoint, fit
+
+    base = CostModel(fixed_s=0.2, token_s=4e-3, weight_s=0.04, flop_s_per_token=4e-3, tile=8, kv_s_per_ctx=1e-5,
+                     attn_s_per_q_ctx=2e-6)
+    true = replace(base, one_row_s=0.05)
+    assert true.forward_s(1, 100) == pytest.approx(base.forward_s(1, 100) + 0.05)
+    assert true.forward_s(1, 100) > true.forward_s(2, 100)                       # the measured shape
+    assert true.forward_s(2, 100) == base.forward_s(2, 100)
+    assert true.batch_forward_s([(1, 10, None), (1, 20, None)]) == base.batch_forward_s([(1, 10, None), (1, 20, None)])
+    assert true.scaled(2.0).one_row_s == pytest.approx(0.1)
+    grid = [(k, c) for k in (1, 2, 4, 8, 16, 32, 64, 128) for c in (32, 256, 768)]
+    cm, rep = fit([FitPoint(k, c, true.forward_s(k, c)) for k, c in grid], tiles=(1, 8))
+    assert rep.max_abs_rel_err < 0.02 and cm.one_row_s == pytest.approx(0.05, rel=0.1), (cm, rep.max_abs_rel_err)
+    flat, _ = fit([FitPoint(k, c, base.forward_s(k, c)) for k, c in grid if k > 1], tiles=(1, 8))
+    assert flat.one_row_s == 0.0
+    faster = [FitPoint(k, c, true.forward_s(k, c) * (0.5 if k == 1 else 1.0)) for k, c in grid]
+    assert fit(faster, tiles=(1, 8))[0].one_row_s == 0.0                        # never below 0
+
+
 def test_smooth_roofline_shape():
     """roofline_p 0 is the sharp max(w, f); p > 0 is (w^p + f^p)^(1/p): 2^(1/p) x w at the ridge, near the max far
     from it, never below it, and the same in the batched and uniform-batch forms."""
