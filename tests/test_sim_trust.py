@@ -282,3 +282,20 @@ def test_keep_recorded_carries_the_traced_cells_and_drops_the_sweep_ones(tmp_pat
     assert kept_cells(path)[0]["kept_from"] == kept["kept_from"]     # kept twice: still the first measurement
     with pytest.raises(OuroborosError, match="no bands file"):
         kept_cells(tmp_path / "none.yaml")
+
+
+def test_keep_records_carries_the_sweep_cells_and_a_new_cell_of_the_same_prompts_replaces_one(tmp_path):
+    from simulators.calibration.bands import kept_cells, replaced
+
+    swept = [{"strategy": s, "error": e, "from": "sweep records", "prompts": ps}
+             for s, e, ps in (("pld", 0.2, ["1", "3"]), ("suffix", 0.3, ["1", "3"]), ("pld", -0.1, ["5", "7"]))]
+    path = tmp_path / "bands.yaml"
+    path.write_text(yaml.safe_dump({"profile_recorded": {"command": "c", "commit": "abc",
+                                                         "cells": [{"strategy": "pld", "error": 0.1}, *swept]}}))
+    kept = kept_cells(path, traces=False, records=True)
+    assert [c["error"] for c in kept] == [0.2, 0.3, -0.1] and {c["kept_from"] for c in kept} == {"c at abc"}
+    assert len(kept_cells(path, traces=True, records=True)) == 4
+    new = [{"strategy": "pld", "error": 0.05, "prompts": ["1", "3"]}]
+    assert [c["error"] for c in replaced(kept, new)] == [0.3, -0.1]     # pld on 1, 3 measured again
+    with pytest.raises(OuroborosError, match="--keep-records: no bands file"):
+        kept_cells(tmp_path / "none.yaml", traces=False, records=True)

@@ -189,17 +189,26 @@ def records_cells(specs: list[str], out=print, by_category: bool = False) -> lis
     return cells
 
 
-def kept_cells(path: Path) -> list[dict[str, Any]]:
-    """The profile_recorded cells of a bands file that came from recorded traces (not from sweep records), each
-    saying which measurement it was kept from."""
+def kept_cells(path: Path, traces: bool = True, records: bool = False) -> list[dict[str, Any]]:
+    """The profile_recorded cells of a bands file that came from recorded traces (`traces`) and / or from sweep
+    records (`records`: sweeps whose records files are no longer at hand), each saying which measurement it was kept
+    from."""
     if not path.is_file():
-        raise OuroborosError(f"--keep-recorded: no bands file at {path} to keep cells from")
+        flag = "--keep-recorded" if traces else "--keep-records"
+        raise OuroborosError(f"{flag}: no bands file at {path} to keep cells from")
     with open(path, encoding="utf-8") as f:
         doc = yaml.safe_load(f) or {}
     src = doc.get("profile_recorded") or {}
     where = src.get("kept_from") or f"{src.get('command')} at {src.get('commit')}"
     return [{**c, "kept_from": c.get("kept_from") or where} for c in src.get("cells") or []
-            if c.get("from") != "sweep records"]
+            if (records if c.get("from") == "sweep records" else traces)]
+
+
+def replaced(kept: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The kept cells a new measurement does not take over: one of the same prompts and strategy replaces a kept
+    one."""
+    again = {(tuple(c.get("prompts") or ()), c["strategy"]) for c in new}
+    return [c for c in kept if not c.get("prompts") or (tuple(c["prompts"]), c["strategy"]) not in again]
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -248,6 +257,10 @@ def add_args(ap) -> None:
     ap.add_argument("--keep-recorded", action="store_true",
                     help="keep the profile_recorded cells the bands file already holds from recorded traces "
                          "(--recorded runs of an earlier measurement whose traces are not at hand), beside new ones")
+    ap.add_argument("--keep-records", action="store_true",
+                    help="keep the profile_recorded cells the bands file already holds from sweep records (--records "
+                         "files no longer at hand), beside new ones; a new cell of the same prompts and strategy "
+                         "replaces a kept one")
 
 
 def main(a: Any, out=print) -> int:
@@ -256,27 +269,35 @@ def main(a: Any, out=print) -> int:
     from simulators.sim_profiles import git_commit
 
     path = Path(a.out) if a.out else BANDS_PATH
-    kept = kept_cells(path) if getattr(a, "keep_recorded", False) else []   # before any work: a bad path is one line
+    keep = (getattr(a, "keep_recorded", False), getattr(a, "keep_records", False))
+    kept = kept_cells(path, *keep) if any(keep) else []   # before any work: a bad path is one line
     out("measuring the bands on the Yi-34B/6B paper figures (conf/calibration/yi34b_6b_a800x2.yaml):")
     loto = loto_cells(a.prompts, a.seed, out)
     prior = prior_cells(a.prompts, a.seed, out)
     recorded = (recorded_cells(a.recorded, out) if a.recorded else []) + \
-        (records_cells(a.records, out, getattr(a, "by_category", False)) if a.records else []) + kept
+        (records_cells(a.records, out, getattr(a, "by_category", False)) if a.records else [])
+    kept = replaced(kept, recorded)
+    recorded += kept
     cmd = f"python -m simulators calibrate bands --prompts {a.prompts} --seed {a.seed}" + "".join(
         f" --recorded {spec.split('=', 1)[0]}=<recorded runs>:{spec.rpartition(':')[2]}" for spec in a.recorded) + \
         "".join(f" --records {spec.split('=', 1)[0]}=<sweep records>:{spec.rpartition(':')[2]}" for spec in a.records)
     if getattr(a, "by_category", False):
         cmd += " --by-category"
-    if kept:
-        cmd += " --keep-recorded"
+    cmd += "".join(flag for flag, on in zip((" --keep-recorded", " --keep-records"), keep, strict=True)
+                   if on and kept)
     held = [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]}" for sp in a.recorded]
     held += [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]} (a real sweep's odd-position prompts)"
              for sp in a.records]
-    if kept:
-        held.append(f"the traced cells of {kept[0]['kept_from']}, kept")
+    traced = [c for c in kept if c.get("from") != "sweep records"]
+    swept = [c for c in kept if c.get("from") == "sweep records"]
+    if traced:
+        held.append(f"the traced cells of {traced[0]['kept_from']}, kept")
+    for where in dict.fromkeys(c["kept_from"] for c in swept):
+        held.append(f"the sweep-record cells of {where}, kept ({len([c for c in swept if c['kept_from'] == where])})")
     parts = (["traces kept in the cache, not in git; one cell per recording process of 4 prompts"]
-             if a.recorded or kept else []) + (
-        ["sweep records not in git; one cell per sweep of a point, its odd-position prompts"] if a.records else [])
+             if a.recorded or traced else []) + (
+        ["sweep records not in git; one cell per sweep of a point, its odd-position prompts"]
+        if a.records or swept else [])
     sources = "; ".join(parts)
     doc = {
         "level": BAND_LEVEL,
