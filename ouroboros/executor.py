@@ -100,9 +100,9 @@ class Executor:
                 check_trees(name, sess.target, sess.draft if get_spec(name).needs_draft_model else None)
                 if not is_peer(name):
                     check_lengths(name, strategy_params(name, p.run.strategy.params), sess.context)
-                note = budget_note(p, sess, p.budgets(sess))
-                if note and note not in self.notes:
-                    self.notes.append(note)
+                for note in [*sess.notes, budget_note(p, sess, p.budgets(sess))]:
+                    if note and note not in self.notes:
+                        self.notes.append(note)
                 if p.run.serve.concurrency and sess.backend == "sim":
                     check_serving_memory(p, sess, p.budgets(sess))
                 if p.run.serve.concurrency >= 2 and sess.backend == "hf":

@@ -37,6 +37,7 @@ class Session:
     tokenizer: Any = None            # decodes outputs into the record's `text` (None: ids only)
     margin: Callable[[list[int]], float] | None = None   # target's top-2 logit margin after a prefix (hf only)
     context: int = 0                 # the pair's model context (tokens): prompt + new tokens fit in it
+    notes: list[str] = dataclasses.field(default_factory=list)   # `note:` lines the executor prints once
 
 
 def pair_key(run: RunConfig) -> str:
@@ -123,12 +124,12 @@ def open_session(run: RunConfig) -> Session:
               f"{', '.join(skipped)}", file=sys.stderr)
     if not prompts:
         raise OuroborosError("the dataset gave no prompts")
+    notes = []
     if sim_pair is not None and sim_pair.by_category:   # sim.by_category: each category's profile decides its prompts
         counts = sim_pair.route(prompts)
         rest = len(prompts) - sum(counts.values())
-        print("note: decisions per prompt category: " + ", ".join(f"{n} decides {k}" for n, k in sorted(
-            counts.items())) + f", {run.sim.get('profile') or 'the run options'} {rest} (sim.by_category)",
-            file=sys.stderr)
+        notes.append("decisions per prompt category: " + ", ".join(f"{n} decides {k}" for n, k in sorted(
+            counts.items())) + f", {run.sim.get('profile') or 'the run options'} {rest} (sim.by_category)")
     if run.backend_kind == "sim":   # the profile as simulated: sim.placement / sim.devices override its own
         hardware = {**(run.hardware or {}), **{k: run.sim[k] for k in ("placement", "devices") if run.sim.get(k)}}
     else:
@@ -139,7 +140,7 @@ def open_session(run: RunConfig) -> Session:
 
         assert isinstance(target, HFBackend)
         margin = target.top2_margin
-    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware, tokenizer, margin, context)
+    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware, tokenizer, margin, context, notes)
 
 
 @functools.cache
