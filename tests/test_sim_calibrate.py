@@ -118,3 +118,47 @@ def test_calibrate_random_weights_refuses_what_does_not_fit(tmp_path, capsys, mo
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "random tiny-t + tiny-d weights need 0.0163 GB in float32; cpu has 0.001 GB free" in err[0]
     assert not built and not out.exists()
+
+
+def test_calibrate_clock_from_records_fits_the_target_to_the_loops_forwards(tmp_path, capsys):
+    """`--records`: every step of a real sweep's records is one target forward (k fed, ctx = prompt + committed
+    tokens, its verify time); the fit recovers the model those times came from, keeps the draft's model and the
+    target's LM-head row, and refuses simulated records, a missing profile and too few groups in one line each."""
+    import json
+
+    from simulators.cost_model import CostModel
+
+    true = CostModel(fixed_s=0.2, token_s=4e-3, weight_s=0.04, flop_s_per_token=4e-3, tile=8, kv_s_per_ctx=1e-5,
+                     attn_s_per_q_ctx=2e-6, one_row_s=0.05)
+    lines = []
+    for point, ks in (("p1", [1] * 40), ("p2", [2, 4, 6, 8, 12, 16, 24, 32, 48, 64] * 8)):
+        steps, done = [], 40
+        for k in ks:
+            steps.append({"target_tokens": k, "verify_s": true.forward_s(k, (done // 128) * 128 + 64),
+                          "new_tokens": 1})
+            done += 1
+        lines.append({"kind": "prompt_result", "of_point": point,
+                      "prompt": {"prompt_id": "a", "prompt_len": 40, "steps": steps}})
+    rec = tmp_path / "r.jsonl"
+    rec.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "hw.yaml"
+    draft = {"fixed_s": 0.07, "weight_s": 0.03, "head_s_per_row": 0.001}
+    out.write_text(yaml.safe_dump({"name": "cpu_local", "source": "timed", "costs": {
+        "tiny-t": {"fixed_s": 0.1, "head_s_per_row": 0.002}, "tiny-d": draft}}))
+    assert main(["--model", "tiny", "--names", "tiny-t", "--records", str(rec), "--out", str(out)]) == 0
+    assert "120 timed steps in 1 records file(s)" in capsys.readouterr().out
+    hw = yaml.safe_load(out.read_text())
+    fitted = CostModel.from_dict(hw["costs"]["tiny-t"])
+    assert fitted.head_s_per_row == 0.002 and hw["costs"]["tiny-d"] == draft
+    for k in (1, 2, 8, 64):
+        assert abs(fitted.forward_s(k, 64) / true.forward_s(k, 64) - 1) < 0.03, k
+    assert "refitted by calibrate clock --records" in hw["source"]
+    sim = tmp_path / "sim.jsonl"
+    sim.write_text(json.dumps({"point_id": "x", "backend": "sim", "prompts": []}) + "\n")
+    assert main(["--model", "tiny", "--names", "tiny-t", "--records", str(sim), "--out", str(out)]) == 2
+    assert "holds simulated points" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--names", "tiny-t", "--records", str(rec), "--out", str(tmp_path / "no")]) == 2
+    assert "run `python -m simulators calibrate clock` first" in capsys.readouterr().err
+    rec.write_text(json.dumps(lines[0]) + "\n")
+    assert main(["--model", "tiny", "--names", "tiny-t", "--records", str(rec), "--out", str(out)]) == 2
+    assert "the fit needs >= 6" in capsys.readouterr().err

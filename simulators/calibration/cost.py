@@ -18,7 +18,14 @@ a pair whose weights are not at hand (Yi-34B/6B, Llama-2-70B/7B) can be measured
       --attention eager --ks 1,2,4,8,16,32,64,96,128,160,192,256 --ctxs 128,1024 --out conf/hardware/h200_local.yaml
 
 `--device` picks the device (cpu, cuda, cuda:N); the profile's spec fields are then measured there too.
-Knows nothing of strategies.
+
+`--records R.jsonl` (repeatable) fits the TARGET's cost model to the loop's own forwards instead: every step of a real
+sweep's records is one target forward (k = the tokens it fed, ctx = the prompt plus the tokens committed before it,
+seconds = its verify time), grouped by k and ctx (128-token bins) and taken as the groups' medians. On a 2-core
+Zen 4 the loop's target forwards ran 8% (1 token) to 23% (5 tokens) slower than the same shapes timed in isolation
+(docs/results.md), which no timing of isolated forwards can see. The draft's model and both LM-head rows stay the
+profile's (a step's draft time mixes forwards of several sizes with the proposer's own host time); nothing is
+loaded or timed. Knows nothing of strategies.
 """
 
 from __future__ import annotations
@@ -186,6 +193,84 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
+RECORD_CTX_BIN = 128   # --records: steps grouped by k and ctx // this
+RECORD_MIN_STEPS = 3   # --records: a (k, ctx) group with fewer steps gives no point
+
+
+def record_points(paths: list[str]) -> tuple[list[FitPoint], int]:
+    """The target's in-loop forwards of real sweeps' records as fit points (module doc): the median seconds of each
+    (k, ctx bin) group of at least RECORD_MIN_STEPS steps, and the steps read."""
+    from ouroboros.sinks import _read_lines
+
+    groups: dict[tuple[int, int], list[float]] = {}
+    seen: set[tuple[str, str]] = set()
+    steps = 0
+    for path in paths:
+        lines = _read_lines(path)
+        sim = sorted({str(r.get("point_id")) for r in lines if r.get("backend") == "sim"})
+        if sim:
+            raise OuroborosError(f"--records {path}: holds simulated points ({sim[0]}, ...); the loop's forwards "
+                                 "are timed on a real backend's records only")
+        prompts = [(str(r["of_point"]), r["prompt"]) for r in lines if r.get("kind") == "prompt_result"]
+        prompts += [(str(r["point_id"]), pr) for r in lines if "point_id" in r for pr in r.get("prompts") or []]
+        for point, pr in prompts:
+            key = (point, str(pr.get("prompt_id")))
+            if key in seen or not pr.get("steps"):
+                continue
+            seen.add(key)
+            done = int(pr.get("prompt_len") or 0)
+            for s in pr["steps"]:
+                k, sec = int(s.get("target_tokens") or 0), float(s.get("verify_s") or 0.0)
+                if k >= 1 and sec > 0:
+                    groups.setdefault((k, done // RECORD_CTX_BIN), []).append(sec)
+                    steps += 1
+                done += int(s.get("new_tokens") or 0)
+    if not steps:
+        raise OuroborosError(f"--records {', '.join(paths)}: no timed steps (records of a real sweep keep each step's "
+                             "target_tokens and verify_s)")
+    pts = [FitPoint(k, b * RECORD_CTX_BIN + RECORD_CTX_BIN // 2, statistics.median(v))
+           for (k, b), v in sorted(groups.items()) if len(v) >= RECORD_MIN_STEPS]
+    return pts, steps
+
+
+def fit_records(a) -> int:
+    """`--records`: the target's cost model fitted to the loop's forwards, written into the hardware profile beside
+    the draft's (module doc)."""
+    model = load_conf("model", a.model)
+    prof = model.get("profile") or {}
+    name = a.names.split(",")[0] if a.names else (prof.get("target") or {}).get("name")
+    if not name:
+        raise OuroborosError(f"model {a.model!r} has no profile: section; pass --names target")
+    if not os.path.exists(a.out):
+        raise OuroborosError(f"--records refits the target in an existing profile: no {a.out} (run `python -m "
+                             "simulators calibrate clock` first: the draft and the LM-head rows come from it)")
+    with open(a.out, encoding="utf-8") as f:
+        doc = yaml.safe_load(f) or {}
+    old = (doc.get("costs") or {}).get(name)
+    if old is None:
+        raise OuroborosError(f"--records: {a.out} has no cost model for {name} to take its LM-head row from")
+    pts, steps = record_points(a.records)
+    if len(pts) < MIN_FIT_POINTS:
+        raise OuroborosError(f"--records: {len(pts)} (k, ctx) groups of >= {RECORD_MIN_STEPS} steps; the fit needs "
+                             f">= {MIN_FIT_POINTS} (record strategies of several widths: sweep=compare)")
+    cm, rep = fit(pts, name=name)
+    cm = replace(cm, head_s_per_row=float(old.get("head_s_per_row") or 0.0))
+    print(f"{steps} timed steps in {len(a.records)} records file(s) -> {len(pts)} (k, ctx) points")
+    print(report(name, pts, cm, rep))
+    d = cm.to_dict()
+    d.pop("name")
+    doc["costs"][name] = {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in d.items()}
+    doc["source"] = (str(doc.get("source") or "") + f"; {name} refitted by calibrate clock --records to the loop's "
+                     f"forwards ({steps} steps, {len(pts)} points; its LM-head row kept)")
+    with open(a.out, "w", encoding="utf-8") as f:
+        f.write("# Written by `python -m simulators calibrate clock`: the local device, with cost models fitted to "
+                "measured\n# forwards (costs: by model name). Spec fields: rough measurements (copy bandwidth, matmul "
+                "rate).\n")
+        yaml.safe_dump(doc, f, sort_keys=False)
+    print(f"profile written to {a.out}")
+    return 0
+
+
 def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: int, note: str, device: str = "cpu",
                   attention: str = "fused") -> None:
     doc: dict[str, Any] = {}
@@ -291,9 +376,14 @@ def add_args(ap) -> None:
                     help="--weights random: transformers' attention implementation (default: transformers' own)")
     ap.add_argument("--out", default=str(conf_root() / "hardware" / "cpu_local.yaml"))
     ap.add_argument("--hardware-name", default="cpu_local")
+    ap.add_argument("--records", action="append", default=[], metavar="R.jsonl",
+                    help="refit the target's model in --out to the loop's own forwards in a real sweep's records "
+                         "(repeatable; nothing is timed; module doc)")
 
 
 def main(a) -> int:
+    if getattr(a, "records", None):
+        return fit_records(a)
     import torch
 
     torch.set_num_threads(a.threads)
