@@ -52,7 +52,7 @@ def _parse_lines(data: bytes, where: str) -> list[dict]:
 
 def read_records(path: str | os.PathLike) -> list[dict]:
     """Records from a .jsonl file or every *.jsonl under a folder (sorted by path, then file order)."""
-    return [r for r in _read_lines(path) if "point_id" in r]
+    return [r for r in read_lines(path) if "point_id" in r]
 
 
 def load_records(path: str | os.PathLike) -> list[Record]:
@@ -64,7 +64,7 @@ def load_sweep_records(path: str | os.PathLike) -> list[Record]:
     """`load_records`, plus for every sweep manifest (`sweep_manifest`) that names a point recorded under another
     sweep, a copy of that record under the manifest's sweep and label: a point two sweeps share (measured once,
     resumed by the second) shows in both sweeps' tables and plots."""
-    lines = _read_lines(path)
+    lines = read_lines(path)
     records = [Record.from_json(r) for r in lines if "point_id" in r]
     latest = {r.point_id: r for r in records}
     seen = {(r.point_id, r.sweep) for r in records}
@@ -90,7 +90,9 @@ def sweep_manifest(sweep: str, points: list[tuple[str, str]]) -> dict:
     return {"kind": "sweep_manifest", "sweep": sweep, "points": [list(p) for p in points], "time": time.time()}
 
 
-def _read_lines(path: str | os.PathLike) -> list[dict]:
+def read_lines(path: str | os.PathLike) -> list[dict]:
+    """Every JSON line of a records file, or of every .jsonl file under a folder: point records, prompt results
+    and sweep manifests alike."""
     p = Path(path)
     if p.is_dir():
         files = sorted(p.rglob("*.jsonl"))
@@ -117,14 +119,14 @@ class RecordFile:
         """prompt_id -> the latest prompt line of `point_id` (its prompts finished before a stop)."""
         if not self.path.exists():
             return {}
-        return {ln["prompt"]["prompt_id"]: ln["prompt"] for ln in _read_lines(self.path)
+        return {ln["prompt"]["prompt_id"]: ln["prompt"] for ln in read_lines(self.path)
                 if ln.get("kind") == "prompt_result" and ln.get("of_point") == point_id}
 
     def finished_processes(self, point_id: str) -> dict[str, str]:
         """prompt_id -> the process that timed the latest prompt line of `point_id` ('' for lines without one)."""
         if not self.path.exists():
             return {}
-        return {ln["prompt"]["prompt_id"]: str(ln.get("process") or "") for ln in _read_lines(self.path)
+        return {ln["prompt"]["prompt_id"]: str(ln.get("process") or "") for ln in read_lines(self.path)
                 if ln.get("kind") == "prompt_result" and ln.get("of_point") == point_id}
 
     def index(self) -> dict[str, dict]:

@@ -200,13 +200,13 @@ RECORD_MIN_STEPS = 3   # --records: a (k, ctx) group with fewer steps gives no p
 def record_points(paths: list[str]) -> tuple[list[FitPoint], int]:
     """The target's in-loop forwards of real sweeps' records as fit points (module doc): the median seconds of each
     (k, ctx bin) group of at least RECORD_MIN_STEPS steps, and the steps read."""
-    from ouroboros.sinks import _read_lines
+    from ouroboros.sinks import read_lines
 
     groups: dict[tuple[int, int], list[float]] = {}
     seen: set[tuple[str, str]] = set()
     steps = 0
     for path in paths:
-        lines = _read_lines(path)
+        lines = read_lines(path)
         sim = sorted({str(r.get("point_id")) for r in lines if r.get("backend") == "sim"})
         if sim:
             raise OuroborosError(f"--records {path}: holds simulated points ({sim[0]}, ...); the loop's forwards "
