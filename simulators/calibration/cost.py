@@ -22,10 +22,10 @@ a pair whose weights are not at hand (Yi-34B/6B, Llama-2-70B/7B) can be measured
 `--records R.jsonl` (repeatable) fits the TARGET's cost model to the loop's own forwards instead: every step of a real
 sweep's records is one target forward (k = the tokens it fed, ctx = the prompt plus the tokens committed before it,
 seconds = its verify time), grouped by k and ctx (128-token bins) and taken as the groups' medians. On a 2-core
-Zen 4 the loop's target forwards ran 8% (1 token) to 23% (5 tokens) slower than the same shapes timed in isolation
-(docs/results.md), which no timing of isolated forwards can see. The draft's model and both LM-head rows stay the
-profile's (a step's draft time mixes forwards of several sizes with the proposer's own host time); nothing is
-loaded or timed. Knows nothing of strategies.
+Zen 4 the loop's four-token target forwards took 277-308 ms against 245-264 ms timed in isolation, its one-token ones
+286-301 against 280-287 ms (docs/results.md): a difference in shape that no timing of isolated forwards can see.
+The draft's model and both LM-head rows stay the profile's (a step's draft time mixes forwards of several sizes
+with the proposer's own host time); nothing is loaded or timed. Knows nothing of strategies.
 """
 
 from __future__ import annotations
@@ -257,18 +257,27 @@ def fit_records(a) -> int:
     cm = replace(cm, head_s_per_row=float(old.get("head_s_per_row") or 0.0))
     print(f"{steps} timed steps in {len(a.records)} records file(s) -> {len(pts)} (k, ctx) points")
     print(report(name, pts, cm, rep))
-    d = cm.to_dict()
-    d.pop("name")
-    doc["costs"][name] = {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in d.items()}
+    doc["costs"][name] = cost_entry(cm)
     doc["source"] = (str(doc.get("source") or "") + f"; {name} refitted by calibrate clock --records to the loop's "
                      f"forwards ({steps} steps, {len(pts)} points; its LM-head row kept)")
-    with open(a.out, "w", encoding="utf-8") as f:
+    dump_profile(a.out, doc)
+    print(f"profile written to {a.out}")
+    return 0
+
+
+def cost_entry(cm: CostModel) -> dict[str, Any]:
+    """A fitted cost model as a profile's `costs:` entry (6 significant digits, no name: the key is the name)."""
+    d = cm.to_dict()
+    d.pop("name")
+    return {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in d.items()}
+
+
+def dump_profile(path: str, doc: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
         f.write("# Written by `python -m simulators calibrate clock`: the local device, with cost models fitted to "
                 "measured\n# forwards (costs: by model name). Spec fields: rough measurements (copy bandwidth, matmul "
                 "rate).\n")
         yaml.safe_dump(doc, f, sort_keys=False)
-    print(f"profile written to {a.out}")
-    return 0
 
 
 def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: int, note: str, device: str = "cpu",
@@ -282,17 +291,8 @@ def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: in
     doc.update({"name": name, "devices": 1, "placement": "single", "runtime_gb": 1.0, "tile": 1, **figs,
                 "attention": attention,
                 "source": f"measured on this machine ({where}) by python -m simulators calibrate clock; {note}"})
-    fitted = dict(doc.get("costs") or {})
-    for model_name, cm in costs.items():
-        d = cm.to_dict()
-        d.pop("name")
-        fitted[model_name] = {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in d.items()}
-    doc["costs"] = fitted
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("# Written by `python -m simulators calibrate clock`: the local device, with cost models fitted to "
-                "measured\n# forwards (costs: by model name). Spec fields: rough measurements (copy bandwidth, matmul "
-                "rate).\n")
-        yaml.safe_dump(doc, f, sort_keys=False)
+    doc["costs"] = {**(doc.get("costs") or {}), **{n: cost_entry(cm) for n, cm in costs.items()}}
+    dump_profile(path, doc)
 
 
 def load_backends(model: dict[str, Any], dtype: str, device: str = "cpu"):
