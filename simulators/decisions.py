@@ -250,6 +250,22 @@ def self_repeat(outputs: list[list[int]], n: int = 8) -> float:
     return hits / seen_all if seen_all else 0.0
 
 
+def cross_share(outputs: list[list[int]], n: int = 4, chunk: int | None = None) -> float:
+    """The share of each output's n-grams that occurred in an earlier output of its run (how much answers to
+    different prompts share their text: what suffix's global tree of earlier outputs drafts from). `chunk`: the
+    outputs are consecutive runs of that many (pooled surrogate seeds), each its own run."""
+    hits = tot = 0
+    size = chunk or len(outputs) or 1
+    for start in range(0, len(outputs), size):
+        seen: set[tuple[int, ...]] = set()
+        for o in outputs[start: start + size]:
+            grams = [tuple(o[i:i + n]) for i in range(len(o) - n + 1)]
+            hits += sum(g in seen for g in grams)
+            tot += len(grams)
+            seen.update(grams)
+    return hits / tot if tot else 0.0
+
+
 def prompt_share(prompts: list[list[int]], outputs: list[list[int]], n: int = 8) -> float:
     """The share of the outputs' n-grams that occur in their own prompt (how much an output copies its prompt)."""
     hits = tot = 0
@@ -261,13 +277,14 @@ def prompt_share(prompts: list[list[int]], outputs: list[list[int]], n: int = 8)
     return hits / tot if tot else 0.0
 
 
-def text_stats(results: list[PromptResult], prompts: list[list[int]] | None = None) -> dict[str, float]:
+def text_stats(results: list[PromptResult], prompts: list[list[int]] | None = None,
+               chunk: int | None = None) -> dict[str, float]:
     """How much the outputs repeat themselves and (given their `prompts`, in order) copy their prompts (shown beside
     the decision statistics, never fitted)."""
     outputs = [r.output for r in results]
     if not outputs:
         return {}
-    out = {"repeat": repeat_share(outputs), "self8": self_repeat(outputs)}
+    out = {"repeat": repeat_share(outputs), "self8": self_repeat(outputs), "cross4": cross_share(outputs, chunk=chunk)}
     if prompts is not None:
         out["prompt8"] = prompt_share(prompts, outputs)
     return out
@@ -441,7 +458,7 @@ def compare(real: dict[str, RealRun], sim_opts: dict[str, Any], mapper, which: s
         sim_prompts: list[list[int]] = []
         real_res, sim_res = [run.results[i] for i in pos], sim_pooled(run, pos, sim_opts, mapper, seeds, sim_prompts)
         r = {**stats(real_res), **text_stats(real_res, [run.prompts[i] for i in pos])}
-        s = {**stats(sim_res), **text_stats(sim_res, sim_prompts)}
+        s = {**stats(sim_res), **text_stats(sim_res, sim_prompts, chunk=len(pos))}
         rows.append({"run": label, "prompts": len(pos), "real": r, "sim": s})
     return rows
 
@@ -462,7 +479,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         for k in keys:
             e = rel(s.get(k), r[k])
             cells.append(f"{k} {r[k]:.2f}/{s.get(k, float('nan')):.2f}" + (f" ({e:+.0%})" if e is not None else ""))
-        for k in ("repeat", "self8", "prompt8"):   # shares near 0: shown as they are, not as relative errors
+        for k in ("repeat", "self8", "prompt8", "cross4"):   # shares near 0: shown as they are, not as relative errors
             if k in r:
                 cells.append(f"{k} {r[k]:.3f}/{s.get(k, float('nan')):.3f}")
         lines.append(f"{row['run']} [{row['prompts']} prompts, real/sim]: " + "; ".join(cells))

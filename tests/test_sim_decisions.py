@@ -59,6 +59,17 @@ def test_real_side_is_the_replayed_recording(recorded):
     assert "prompt8" not in shares
     with_prompts = decisions.text_stats(sps.results, sps.prompts)
     assert with_prompts["prompt8"] == decisions.prompt_share(sps.prompts, [r.output for r in sps.results])
+    assert shares["cross4"] == decisions.cross_share([r.output for r in sps.results])
+
+
+def test_golden_cross_share():
+    # the second output's 4-grams: (1 2 3 4) was in the first, (2 3 4 9) was not -> 1 of 2; the first has no earlier
+    # output -> 1 of 3 in all
+    assert decisions.cross_share([[1, 2, 3, 4], [1, 2, 3, 4, 9]]) == pytest.approx(1 / 3)
+    # pooled seeds: each chunk is its own run, so the second chunk's copy of the first chunk's text does not count
+    outs = [[1, 2, 3, 4], [5, 6, 7, 8], [1, 2, 3, 4], [5, 6, 7, 8]]
+    assert decisions.cross_share(outs) == pytest.approx(0.5) and decisions.cross_share(outs, chunk=2) == 0.0
+    assert decisions.cross_share([[1, 2]]) == 0.0   # no 4-gram at all
 
 
 def test_fit_and_evaluation_prompts_never_overlap():

@@ -341,7 +341,7 @@ def token_runs(draw):
 def test_fast_paths_equal_reference_for_any_configuration(cfg, run, seed, with_memory):
     """The target's step / predict and the draft's predict (the hot closures) equal their plain references for any
     valid configuration of the text prior and the draft's agreement, on any mix of corpus text, the target's own
-    continuation and wrong tokens (with recall, on a memory of the corpus' own text)."""
+    continuation and wrong tokens (with recall, on a memory of the corpus' own text), the prompt ending halfway."""
     from simulators.surrogate import NGramLM, NoisyDraftLM
 
     memory = _corpus_memory(cfg.corpus, cfg.pieces) if with_memory else None
@@ -355,6 +355,8 @@ def test_fast_paths_equal_reference_for_any_configuration(cfg, run, seed, with_m
         assert own == lm.reference_predict(st_) and q.predict(st_) == q.reference_predict(st_)
         tok = corpus[(x * 7 + i) % len(corpus)] if kind == "corpus" else own if kind == "own" else own % 4000 + 1
         st_, ref = lm.step(st_, tok), lm.reference_step(ref, tok)
+        if i == len(run) // 2:   # the prompt ends here: what follows is its own output (copy_from)
+            st_, ref = lm.begin(st_), lm.begin(ref)
     assert st_ == ref and lm.predict(st_) == lm.reference_predict(st_)
 
 
