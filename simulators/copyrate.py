@@ -92,19 +92,22 @@ def encode(texts: list[tuple[str, str]], tok: PieceTokenizer | RealTokenizer) ->
     return [(tok.encode(p), tok.encode(c)) for p, c in texts]
 
 
-def surrogate_pairs(lm: NGramLM, real: list[Pair]) -> list[Pair]:
-    """The surrogate's greedy continuation of each real prompt, as long as the real continuation."""
+def surrogate_pairs(lm: NGramLM, real: list[Pair], map_id: Callable[[int], int] = int) -> list[Pair]:
+    """The surrogate's greedy continuation of each real prompt (its ids mapped by `map_id`, the end marked as the
+    backend marks it: `begin`), as long as the real continuation."""
     out = []
     for prompt, cont in real:
+        ids = [map_id(t) for t in prompt]
         st = lm.start()
-        for t in prompt:
+        for t in ids:
             st = lm.step(st, t)
+        st = lm.begin(st)
         gen = []
         for _ in range(len(cont)):
             x = lm.predict(st)
             gen.append(x)
             st = lm.step(st, x)
-        out.append((prompt, gen))
+        out.append((ids, gen))
     return out
 
 
@@ -205,25 +208,6 @@ def fit_induction(counts: list[list[int]], step: float = 0.01) -> tuple[float, f
     return best[1], best[2]
 
 
-def surrogate_continuations(lm: NGramLM, real: list[Pair], map_id: Callable[[int], int]) -> list[Pair]:
-    """The surrogate's greedy continuation of each real prompt (its ids mapped by `map_id`, the end marked as
-    the backend marks it: `begin`), as long as the real continuation."""
-    out = []
-    for prompt, cont in real:
-        ids = [map_id(t) for t in prompt]
-        st = lm.start()
-        for t in ids:
-            st = lm.step(st, t)
-        st = lm.begin(st)
-        gen = []
-        for _ in range(len(cont)):
-            x = lm.predict(st)
-            gen.append(x)
-            st = lm.step(st, x)
-        out.append((ids, gen))
-    return out
-
-
 def records_report(records: str, dataset: str | None, sims: dict[str, Any], model: str = "qwen_coder",
                    window: int = 256, seeds: int = 3, tokenizer_dir: str | None = None,
                    out=print) -> dict[str, tuple[float, float]]:
@@ -251,7 +235,7 @@ def records_report(records: str, dataset: str | None, sims: dict[str, Any], mode
         sur: list[Pair] = []
         for seed in range(seeds):
             lm = NGramLM(cfg, seed=seed)
-            sur += surrogate_continuations(lm, real, mapper(lm.corpus.tokenizer, cfg.copy_from == "prompt"))
+            sur += surrogate_pairs(lm, real, mapper(lm.corpus.tokenizer, cfg.copy_from == "prompt"))
         tables = {"real": (by_length(real, window), by_length(real, window, False)),
                   "surrogate": (by_length(sur, window), by_length(sur, window, False))}
         fitted[group] = fit_induction(tables["real"][0])

@@ -99,7 +99,7 @@ def test_prompt_copying_by_match_length_on_the_surrogate():
     (random tokens) at the P(L) its options say; without it, hardly ever."""
     import random
 
-    from simulators.copyrate import surrogate_continuations
+    from simulators.copyrate import surrogate_pairs
     from simulators.surrogate import NGramLM
 
     rng = random.Random(0)
@@ -108,7 +108,7 @@ def test_prompt_copying_by_match_length_on_the_surrogate():
     for ind in (0.0, 0.5):
         lm = NGramLM(plain_config(corpus="prose", copy_from="prompt", induction=ind, induction_decay=0.5,
                                   loop_guard=True))
-        rates[ind] = shown(by_length(surrogate_continuations(lm, real, int)))
+        rates[ind] = shown(by_length(surrogate_pairs(lm, real)))
     assert rates[0.0][0][1] < 0.05 and rates[0.0][0][0] > 30 and rates[0.0][3][0] == 0   # never copies
     assert rates[0.5][0][1] == pytest.approx(0.5, abs=0.15)      # P(1) = 0.5
     assert rates[0.5][3][0] > 100 and rates[0.5][3][1] > 0.9    # P(L >= 4) >= 0.94: long quotes
