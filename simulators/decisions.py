@@ -34,7 +34,7 @@ from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
 from ouroboros.metrics import PromptResult, RunResult, pool_rates
 from ouroboros.strategies import build_proposer, get_spec
-from simulators.pair import make_pair
+from simulators.pair import make_pair, sim_options, specials_eos
 from simulators.profiles import load_conf
 from simulators.replay import WARMUP_TOKENS, load_trace, trace_name, trace_prompts, warm_up
 from simulators.surrogate import LOOP_PERIOD, extends_loop
@@ -329,7 +329,7 @@ def sim_results(run: RealRun, which: list[int], sim_opts: dict[str, Any], mapper
     opts = {**sim_opts, "prompt_tokens": "surrogate"}  # prompts come as real ids, mapped by `mapper`
     pair = make_pair(load_conf("model", model), load_conf("hardware", SIM_HARDWARE), opts, seed=seed)
     real_ids = pair.tokenizer.real_ids  # sim.pieces=real: the surrogate speaks the real ids, nothing to map
-    map_id = int if real_ids else mapper(pair.tokenizer, opts.get("copy_from") == "prompt")
+    map_id = int if real_ids else mapper(pair.tokenizer, specials_eos(sim_options(opts)))
     needs = get_spec(run.name).needs_draft_model
     params = dict(run.params) if real_ids else mapped_params(run, map_id)
     recall = float(opts.get("recall") or 0) and not opts.get("recall_text")

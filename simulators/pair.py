@@ -137,6 +137,14 @@ def category_options(opts: SimConfig) -> dict[str, SimConfig]:
     return {c: made[n] for c, n in opts.by_category.items()}
 
 
+def specials_eos(opts: SimConfig) -> bool:
+    """Whether prompts read the real tokenizer's special tokens as the surrogate's EOS (`RealCountTokenizer`): where
+    the run's options or any sim.by_category profile copy from the prompt (sim.copy_from=prompt), so that no
+    surrogate copies a chat template's tokens into its answer. One rule for every prompt: a prompt's ids are read
+    before its category routes it."""
+    return opts.copy_from == "prompt" or any(o.copy_from == "prompt" for o in category_options(opts).values())
+
+
 def pair_setup(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, Any] | SimConfig | None = None
                ) -> tuple[SimConfig, PairProfile, Hardware, dict[str, Any]]:
     """(options, pair profile, hardware with its placement, cost models): everything `make_pair` checks before it
@@ -251,7 +259,7 @@ def _make_pair(opts: SimConfig, prof: PairProfile, hw: Hardware, costs: dict[str
             return [Prompt(id=f"sim-{opts.corpus}-{i}", ids=ids, category=opts.corpus,
                            text=lm.corpus.tokenizer.decode(ids)) for i, ids in enumerate(lm.prompts(n, s))]
 
-        tok = prompt_tokenizer(opts, model, lm.corpus.tokenizer)
+        tok = prompt_tokenizer(opts, model, lm.corpus.tokenizer, specials_eos(opts))
         return SimPair(target, draft, clock, tok, (lm.corpus.tokenizer.eos_id,), costs, prof, hw, prompts, by_category)
     if kind == "replay":
         return replay_pair(opts, prof, hw, costs, clock)

@@ -122,9 +122,11 @@ def real_tokenizer_dir(tokenizer: str | None, model: dict[str, Any]) -> Path:
     return path
 
 
-def prompt_tokenizer(opts: SimConfig, model: dict[str, Any], surrogate: PieceTokenizer | RealTokenizer) -> Any:
+def prompt_tokenizer(opts: SimConfig, model: dict[str, Any], surrogate: PieceTokenizer | RealTokenizer,
+                     specials_eos: bool = False) -> Any:
     """The tokenizer the simulated pair hands to the dataset loaders, per sim.prompt_tokens. A surrogate that
-    speaks real ids (`sim.pieces=real`) is itself the real tokenizer: prompts get real ids whatever the mode."""
+    speaks real ids (`sim.pieces=real`) is itself the real tokenizer: prompts get real ids whatever the mode.
+    `specials_eos`: the real special tokens read as the surrogate's EOS (simulators.pair.specials_eos)."""
     mode = opts.prompt_tokens
     if isinstance(surrogate, RealTokenizer) or mode == "surrogate":
         return surrogate
@@ -133,8 +135,7 @@ def prompt_tokenizer(opts: SimConfig, model: dict[str, Any], surrogate: PieceTok
     path = real_tokenizer_dir(opts.tokenizer, model)
     from transformers import AutoTokenizer
 
-    return RealCountTokenizer(surrogate, AutoTokenizer.from_pretrained(str(path)),
-                              specials_eos=opts.copy_from == "prompt")
+    return RealCountTokenizer(surrogate, AutoTokenizer.from_pretrained(str(path)), specials_eos=specials_eos)
 
 
 def measure_chars_per_token(texts: list[str], tokenizer: Any) -> float:

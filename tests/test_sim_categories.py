@@ -125,3 +125,23 @@ def test_a_run_names_the_category_profiles_in_its_note_record_and_label(tmp_path
     assert spec["decisions"]["by_category"]["coding"] == CLOSED
     assert spec["decisions"]["label"] == f"profile {MIX} (recorded) + per category {CLOSED}, {OPEN}"
     assert trust.source_label(spec["decisions"]) == spec["decisions"]["label"]
+
+
+def test_prompts_read_specials_as_eos_wherever_a_category_profile_copies_from_its_prompt(monkeypatch):
+    """A prompt's ids are read before its category routes it, so where a routed profile copies from the prompt
+    (sim.copy_from=prompt) every prompt reads a chat template's special tokens as EOS: read as stand-in pieces, the
+    routed surrogate copied the template into every answer (answers then shared their text: `cross4`)."""
+    import simulators.pair as pair_mod
+    from simulators.pair import specials_eos
+
+    mix = load_profile(MIX)
+    assert mix.get("copy_from", "context") == "context" and load_profile(CLOSED)["copy_from"] == "prompt"
+    assert not specials_eos(SimConfig.from_dict(mix))
+    assert specials_eos(SimConfig.from_dict({**mix, "by_category": {"math": CLOSED}}))
+    assert specials_eos(SimConfig.from_dict(load_profile(CLOSED)))
+    seen = []
+    monkeypatch.setattr(pair_mod, "prompt_tokenizer", lambda opts, model, tok, eos=False: seen.append(eos) or tok)
+    model, hw = load_conf("model", "qwen_coder"), load_conf("hardware", "h100")
+    make_pair(model, hw, surrogate_opts(MIX, by_category={"math": CLOSED}), seed=0)
+    make_pair(model, hw, surrogate_opts(MIX), seed=0)
+    assert seen == [True, False]
