@@ -175,7 +175,7 @@ class SimBackend(HostCharging, SequenceBackend):
             states.append(st)
         begin = getattr(self.lm, "begin", None)
         if begin is not None:  # what follows is the model's own output (sim.copy_from)
-            states[-1] = begin(st)
+            states[-1] = begin(st, prompt)
         self._states = states
 
     def _prefill_forward(self, k: int) -> None:

@@ -101,7 +101,7 @@ def surrogate_pairs(lm: NGramLM, real: list[Pair], map_id: Callable[[int], int] 
         st = lm.start()
         for t in ids:
             st = lm.step(st, t)
-        st = lm.begin(st)
+        st = lm.begin(st, ids)
         gen = []
         for _ in range(len(cont)):
             x = lm.predict(st)

@@ -130,6 +130,12 @@ class SimConfig:
     self_guard: bool = opt(False, "text", "the target never writes an 8-gram its output already holds unless its "
                            "prompt does: real greedy text restates its prompt but does not repeat itself (none of the "
                            "real pair's HumanEval output 8-grams, 0.9% of its MT-Bench ones; docs/simulator.md)")
+    topic: float = opt(0.0, "text", "how often, where its back-off table would decide, the target instead goes on "
+                       "as its answer's topic passage does (topic_len corpus tokens its prompt picks; 0: off): real "
+                       "answers to different prompts share few phrases (cross4: 0.7% of the real pair's MT-Bench "
+                       "answer 4-grams occur in an earlier answer), one n-gram table alone writes the same ones",
+                       lo=0.0, hi=1.0)
+    topic_len: int = opt(2048, "text", "... the passage's length (tokens)", lo=16)
     forgive: float = opt(0.0, "text", "how often the target reads a token it would not have written (a wrong draft or "
                          "Jacobi guess) as its own and goes on as it would have (0: off): the real pair's Jacobi "
                          "guesses stay right after a wrong cell", lo=0.0, hi=1.0)

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
 from simulators.corpus import load_corpus, ngram_table, prompt_starts
@@ -91,6 +92,7 @@ SALT_INDUCTION = 19    # target: continue the longest earlier match (induction)
 SALT_COPY_AGREES = 23  # draft: agrees where the target copies (alpha_copy)
 SALT_FORGIVE = 29      # target: reads a token it would not have written as its own (forgive)
 SALT_RECALL = 31       # target: goes on with text it knows (recall)
+SALT_TOPIC = 37        # target: goes on as its topic passage does (topic); with the prompt: which passage
 
 
 # The plain n-gram target: the text prior's copying, locality and position-invariance off, in the surrogate's own
@@ -111,6 +113,7 @@ class LMState(NamedTuple):
     calm: int = SURPRISE_MAX         # steps since a token it would not have written (capped; only surprise_copy < 1)
     run: int = 0                     # tokens it would have written, in a row (capped at forgive_run; only forgiving)
     origin: int = 0                  # the prompt's length (`begin`; sim.copy_from=prompt copies from tokens before it)
+    topic: int = -1                  # where its topic passage starts in the corpus (`begin`, sim.topic; -1: none)
 
 
 _new_state = tuple.__new__   # LMState(...) without the NamedTuple constructor's overhead (the hot paths)
@@ -235,6 +238,8 @@ class NGramLM:
         self.local_novel = c.local_novel and c.local_frac > 0
         self.loop_guard, self.self_guard = c.loop_guard, c.self_guard
         self.guarded = c.loop_guard or c.self_guard
+        self.topic, self.topic_len = c.topic, c.topic_len
+        self._topics: dict[int, dict[tuple[int, ...], int]] = {}   # passage start -> its table (topic_table)
         self.from_prompt = c.copy_from == "prompt"
         self.windowed = bool(c.p_copy or c.induction or self.local_novel)  # states carry the window
         self.surprised = bool(c.induction) and c.surprise_copy < 1        # states count calm steps
@@ -257,10 +262,43 @@ class NGramLM:
     def start(self) -> LMState:
         return _START
 
-    @staticmethod
-    def begin(state: LMState) -> LMState:
-        """The state after a prompt, marked as its end: what follows is the target's own output (sim.copy_from)."""
-        return state._replace(origin=state.pos)
+    def begin(self, state: LMState, prompt: Sequence[int] = ()) -> LMState:
+        """The state after a prompt, marked as its end: what follows is the target's own output (sim.copy_from);
+        with sim.topic, the answer's topic passage, picked by the prompt's tokens (and the seed)."""
+        if not self.topic:
+            return state._replace(origin=state.pos)
+        u = uniform(hash((tuple(prompt), self.seed, SALT_TOPIC)))
+        return state._replace(origin=state.pos, topic=int(u * (len(self.corpus.ids) - self.topic_len + 1)))
+
+    def topic_table(self, start: int) -> dict[tuple[int, ...], int]:
+        """The passage of topic_len corpus tokens at `start` as a back-off table: each context of 1..order tokens
+        -> its most frequent next ordinary token in the passage (ties: the first seen). The last few are kept."""
+        got = self._topics.get(start)
+        if got is None:
+            ids = self.corpus.ids[start: start + self.topic_len]
+            plain, eos, got = self.plain_vocab, self.eos_id, {}
+            for n in range(1, self.order + 1):
+                counts = Counter(g for g in zip(*(ids[i:] for i in range(n + 1)), strict=False)
+                                 if 0 < g[-1] < plain and g[-1] != eos)
+                for g, _ in sorted(counts.items(), key=itemgetter(1), reverse=True):  # ties: first seen first
+                    got.setdefault(g[:-1], g[-1])
+            if len(self._topics) >= 64:
+                self._topics.clear()
+            self._topics[start] = got
+        return got
+
+    def topical(self, state: LMState, key: tuple[Any, ...]) -> int | None:
+        """The token its topic passage goes on with after the tail's longest suffix it holds (up to `order`
+        tokens), where the coin (sim.topic, a hash of the choice key) says so; None: no passage (no `begin`, or
+        topic off), the coin says no, or the passage holds not even the last token."""
+        if state.topic < 0 or uniform(hash((key, self.seed, SALT_TOPIC))) >= self.topic:
+            return None
+        table, tail = self.topic_table(state.topic), state.tail
+        for n in range(min(self.order, len(tail)), 0, -1):
+            c = table.get(tail[-n:])
+            if c is not None:
+                return c
+        return None
 
     def copy_lo(self, state: LMState) -> int:
         """How far back (in `window`) the tokens a copy may take start: 0 (anywhere), or with sim.copy_from=prompt
@@ -281,7 +319,7 @@ class NGramLM:
         tail = (state.tail + (read,))[-TAIL_LEN:]
         window = ((token,) + state.window)[:self.copy_window] if self.windowed else ()
         calm = (0 if read != own else min(state.calm + 1, SURPRISE_MAX)) if self.surprised else state.calm
-        return LMState(state.pos + 1, tail, window, calm, run, state.origin)
+        return LMState(state.pos + 1, tail, window, calm, run, state.origin, state.topic)
 
     def reference_predict(self, state: LMState) -> int:
         r = self.recalled(state)
@@ -324,6 +362,10 @@ class NGramLM:
             c = self.copied(state.window, self.copy_lo(state))
             if c is not None and c < self.plain_vocab and c != self.eos_id:
                 return c
+        if self.topic:
+            t = self.topical(state, key)
+            if t is not None:
+                return t
         return self.pick(self.candidates(state.tail), uniform(hash((key, self.seed))))
 
     def forgiven(self, state: LMState, token: int) -> bool:
@@ -434,18 +476,19 @@ class NGramLM:
             def step_surprise(state: LMState, token: int) -> LMState:
                 k = 0 if token != self.predict(state) else min(state.calm + 1, top)
                 return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:],
-                                 ((token,) + state.window)[:win], k, 0, state.origin))
+                                 ((token,) + state.window)[:win], k, 0, state.origin, state.topic))
 
             return step_surprise
         if self.windowed:
             def step_window(state: LMState, token: int) -> LMState:
                 return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:],
-                                 ((token,) + state.window)[:win], calm0, 0, state.origin))
+                                 ((token,) + state.window)[:win], calm0, 0, state.origin, state.topic))
 
             return step_window
 
         def step(state: LMState, token: int) -> LMState:
-            return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:], (), calm0, 0, state.origin))
+            return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:], (), calm0, 0, state.origin,
+                             state.topic))
 
         return step
 
@@ -468,7 +511,8 @@ class NGramLM:
                 run = 0
             calm = (0 if read != own else min(state.calm + 1, top)) if surprised else state.calm
             window = ((token,) + state.window)[:win] if windowed else ()
-            return new(cls, (state.pos + 1, (state.tail + (read,))[-TAIL_LEN:], window, calm, run, state.origin))
+            return new(cls, (state.pos + 1, (state.tail + (read,))[-TAIL_LEN:], window, calm, run, state.origin,
+                             state.topic))
 
         return step
 
@@ -525,6 +569,7 @@ class NGramLM:
         from_prompt, plain, eos = self.from_prompt, self.plain_vocab, self.eos_id
         local = grain > 1 or self.choice_ctx < TAIL_LEN
         lfrac, lcut, pick, novel = self.local_frac, -self.local_ctx, self.pick, self.local_novel
+        topic, topical = self.topic, self.topical
 
         def predict(state: LMState) -> int:
             tail = state.tail
@@ -538,6 +583,10 @@ class NGramLM:
                 cp = copied(state.window, state.pos - state.origin if from_prompt else 0)
                 if cp is not None and cp < plain and cp != eos:
                     return cp
+            if topic:
+                tp = topical(state, key)
+                if tp is not None:
+                    return tp
             ctx = tail[-order:]
             cands = backoff.get(ctx)
             if cands is None:

@@ -348,15 +348,16 @@ def test_fast_paths_equal_reference_for_any_configuration(cfg, run, seed, with_m
     lm = NGramLM(cfg, seed=seed, memory=memory)
     q = NoisyDraftLM(lm, cfg, seed=seed + 1)
     corpus = lm.corpus.ids
-    st_, ref = lm.start(), lm.start()
+    st_, ref, fed = lm.start(), lm.start(), []
     for i, (kind, x) in enumerate(run):
         assert st_ == ref
         own = lm.predict(st_)
         assert own == lm.reference_predict(st_) and q.predict(st_) == q.reference_predict(st_)
         tok = corpus[(x * 7 + i) % len(corpus)] if kind == "corpus" else own if kind == "own" else own % 4000 + 1
         st_, ref = lm.step(st_, tok), lm.reference_step(ref, tok)
-        if i == len(run) // 2:   # the prompt ends here: what follows is its own output (copy_from)
-            st_, ref = lm.begin(st_), lm.begin(ref)
+        fed.append(tok)
+        if i == len(run) // 2:   # the prompt ends here: what follows is its own output (copy_from, topic)
+            st_, ref = lm.begin(st_, fed), lm.begin(ref, fed)
     assert st_ == ref and lm.predict(st_) == lm.reference_predict(st_)
 
 
@@ -416,7 +417,7 @@ def test_begin_marks_the_prompt_end_and_every_path_carries_it():
         assert st.origin == 4
         for t in [7, 8, 9]:
             st = lm.step(st, t)
-            assert st.origin == 4 and len(st) == 6
+            assert st.origin == 4 and len(st) == 7
         assert lm.copy_lo(st) == 3
     pair = make_pair(MODEL, HW, {"corpus": "code", "induction": 0.5, "copy_from": "prompt"}, seed=1)
     prompt = pair.default_prompts(1, 0)[0].ids
@@ -426,14 +427,15 @@ def test_begin_marks_the_prompt_end_and_every_path_carries_it():
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10**6), st.sampled_from(["context", "prompt"]), st.booleans(), st.booleans(),
-       st.sampled_from([0.0, 0.5]), st.sampled_from([0.0, 0.6, 0.9]), st.sampled_from([0.0, 0.5]))
+       st.sampled_from([0.0, 0.5]), st.sampled_from([0.0, 0.6, 0.9]), st.sampled_from([0.0, 0.5]),
+       st.sampled_from([0.0, 0.9]))
 def test_guards_and_prompt_copying_fast_paths_equal_reference(seed, copy_from, self_guard, loop_guard, p_copy,
-                                                              induction, forgive):
-    """sim.copy_from, sim.self_guard (with the loop guard and the copying and forgiving knobs): the fast paths give
-    the plain path's predictions, on prompts marked by `begin` and their continuations."""
+                                                              induction, forgive, topic):
+    """sim.copy_from, sim.self_guard (with the loop guard and the copying, forgiving and topic knobs): the fast
+    paths give the plain path's predictions, on prompts marked by `begin` and their continuations."""
     cfg = {"corpus": "code", "copy_from": copy_from, "self_guard": self_guard, "loop_guard": loop_guard,
            "p_copy": p_copy, "induction": induction, "induction_decay": 0.5, "forgive": forgive, "copy_window": 48,
-           "alpha_copy": 0.9 if induction else None}
+           "alpha_copy": 0.9 if induction else None, "topic": topic, "topic_len": 256}
     pair = make_pair(MODEL, HW, cfg, seed=seed % 7)
     p, q = pair.target.lm, pair.draft.lm
     rng = random.Random(seed)
@@ -441,7 +443,7 @@ def test_guards_and_prompt_copying_fast_paths_equal_reference(seed, copy_from, s
     st_, ref = p.start(), p.start()
     for t in prompt:
         st_, ref = p.step(st_, t), p.reference_step(ref, t)
-    st_, ref = p.begin(st_), p.begin(ref)
+    st_, ref = p.begin(st_, prompt), p.begin(ref, prompt)
     for _ in range(48):
         assert st_ == ref
         nxt = p.predict(st_)
