@@ -284,7 +284,7 @@ def test_keep_recorded_carries_the_traced_cells_and_drops_the_sweep_ones(tmp_pat
         kept_cells(tmp_path / "none.yaml")
 
 
-def test_keep_records_carries_the_sweep_cells_and_a_new_cell_of_the_same_prompts_replaces_one(tmp_path):
+def test_keep_records_carries_the_sweep_cells_and_a_new_cell_of_any_of_their_prompts_replaces_them(tmp_path):
     from simulators.calibration.bands import kept_cells, replaced
 
     swept = [{"strategy": s, "error": e, "from": "sweep records", "prompts": ps}
@@ -297,5 +297,10 @@ def test_keep_records_carries_the_sweep_cells_and_a_new_cell_of_the_same_prompts
     assert len(kept_cells(path, traces=True, records=True)) == 4
     new = [{"strategy": "pld", "error": 0.05, "prompts": ["1", "3"]}]
     assert [c["error"] for c in replaced(kept, new)] == [0.3, -0.1]     # pld on 1, 3 measured again
+    # the same prompts measured again in other groups (one sweep per group): every kept cell they overlap goes
+    regrouped = [{"strategy": "pld", "error": 0.0, "prompts": ["1"]}, {"strategy": "pld", "error": 0.0,
+                                                                       "prompts": ["3", "9"]}]
+    assert [c["error"] for c in replaced(kept, regrouped)] == [0.3, -0.1]
+    assert [c["error"] for c in replaced(kept, [{"strategy": "pld", "prompts": ["9"]}])] == [0.2, 0.3, -0.1]
     with pytest.raises(OuroborosError, match="--keep-records: no bands file"):
         kept_cells(tmp_path / "none.yaml", traces=False, records=True)

@@ -205,10 +205,12 @@ def kept_cells(path: Path, traces: bool = True, records: bool = False) -> list[d
 
 
 def replaced(kept: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The kept cells a new measurement does not take over: one of the same prompts and strategy replaces a kept
-    one."""
-    again = {(tuple(c.get("prompts") or ()), c["strategy"]) for c in new}
-    return [c for c in kept if not c.get("prompts") or (tuple(c["prompts"]), c["strategy"]) not in again]
+    """The kept cells a new measurement does not take over: a new cell of the same strategy holding any of a kept
+    cell's prompts replaces it (the same prompts measured again, in the same groups or in others)."""
+    again: dict[str, set[str]] = {}
+    for c in new:
+        again.setdefault(c["strategy"], set()).update(c.get("prompts") or ())
+    return [c for c in kept if not c.get("prompts") or not again.get(c["strategy"], set()) & set(c["prompts"])]
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -259,8 +261,8 @@ def add_args(ap) -> None:
                          "(--recorded runs of an earlier measurement whose traces are not at hand), beside new ones")
     ap.add_argument("--keep-records", action="store_true",
                     help="keep the profile_recorded cells the bands file already holds from sweep records (--records "
-                         "files no longer at hand), beside new ones; a new cell of the same prompts and strategy "
-                         "replaces a kept one")
+                         "files no longer at hand), beside new ones; a new cell of the same strategy holding any of "
+                         "a kept cell's prompts replaces it")
 
 
 def main(a: Any, out=print) -> int:
