@@ -121,3 +121,56 @@ def test_recordings_render_prompts_as_the_dataset_yaml_does():
     args.dataset = ["humaneval", "template='{prompt}'"]
     assert dataset_cfg(args)["template"] == "{prompt}"
     assert RealRun("x", "pld", {}, 8).prompt_format == BARE_PROMPTS
+
+
+def test_records_check_the_clock_alone_on_recorded_forwards(tmp_path, capsys, monkeypatch):
+    """`check clock --records`: every recorded step's target forward (k fed, ctx = prompt + committed tokens) and its
+    draft forwards priced by the hardware's cost models against their measured times, per point; simulated records,
+    a missing file and --records with --replay-only are one line each, before anything is read."""
+    import json
+
+    import simulators.checks.clock as clock
+    from simulators.cost_model import CostModel
+    from simulators.profiles import load_conf
+
+    tcm = CostModel(fixed_s=0.2, token_s=4e-3, weight_s=0.04, flop_s_per_token=4e-3, tile=8, kv_s_per_ctx=1e-5,
+                    attn_s_per_q_ctx=2e-6, one_row_s=0.05)
+    dcm = CostModel(fixed_s=0.02, token_s=1e-3, weight_s=0.01, flop_s_per_token=1e-3, tile=8)
+    model = load_conf("model", "qwen_coder")["profile"]
+    hw = {**load_conf("hardware", "a100"), "name": "probe",
+          "costs": {model["target"]["name"]: dataclasses_dict(tcm), model["draft"]["name"]: dataclasses_dict(dcm)}}
+    real_conf = clock.load_conf
+    monkeypatch.setattr(clock, "load_conf", lambda g, n: hw if (g, n) == ("hardware", "probe") else real_conf(g, n))
+    lines = [{"point_id": "p1", "label": "pld", "backend": "hf", "prompts": []},
+             {"point_id": "p2", "label": "cascade", "backend": "hf", "prompts": []}]
+    steps1, steps2, done = [], [], 30
+    for k in (1, 3, 7, 2):      # pld: measured 10% slower than the model
+        steps1.append({"target_tokens": k, "verify_s": 1.1 * tcm.forward_s(k, done), "new_tokens": 2})
+        done += 2
+    done = 30
+    for k in (5, 9):            # cascade: target as modelled, its 2 draft forwards of 3 tokens twice the model
+        steps2.append({"target_tokens": k, "verify_s": tcm.forward_s(k, done), "new_tokens": 3, "draft_forwards": 2,
+                       "draft_tokens": 6, "draft_s": 2 * 2 * dcm.forward_s(3, done)})
+        done += 3
+    for point, steps in (("p1", steps1), ("p2", steps2)):
+        lines.append({"kind": "prompt_result", "of_point": point,
+                      "prompt": {"prompt_id": "a", "prompt_len": 30, "steps": steps}})
+    rec = tmp_path / "r.jsonl"
+    rec.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert sim_main(["check", "clock", "--records", str(rec), "--hardware", "probe"]) == 0
+    out = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines() if ln.split()}
+    assert out["pld"][1:3] == ["4", "3.2"] and out["pld"][5] == "-9.1%" and out["pld"][6:] == ["-", "-", "-"]
+    assert out["cascade"][5] == "+0.0%" and out["cascade"][8] == "-50.0%"
+    sim = tmp_path / "sim.jsonl"
+    sim.write_text(json.dumps({"point_id": "x", "backend": "sim", "prompts": []}) + "\n")
+    for argv, msg in (([str(sim)], "holds simulated points"), ([str(tmp_path / "none.jsonl")], "no such file"),
+                      ([str(rec), "--replay-only"], "takes neither --batches nor --replay-only")):
+        assert sim_main(["check", "clock", "--records", *argv, "--hardware", "probe"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and msg in err[0], err
+
+
+def dataclasses_dict(cm) -> dict:
+    import dataclasses
+
+    return {k: v for k, v in dataclasses.asdict(cm).items() if k != "name"}

@@ -15,6 +15,12 @@
     python -m simulators check clock --strategies vanilla,speculative:gamma=3,pld --limit 10 --max-new-tokens 32 \\
         --threads 1 --dir realcheck/
 
+`--records R.jsonl` (repeatable) checks the clock alone on a real sweep's records, with no trace and nothing loaded:
+every recorded step's target forward (k = its target tokens, ctx = the prompt plus the tokens committed before it)
+and its draft forwards (rough: the step's draft tokens spread evenly over its draft forwards, at the same ctx) are
+priced by the hardware profile's cost models and summed per point against the measured `verify_s` and `draft_s`.
+The decisions are the real ones, so what differs is the clock's. Fit the clock on other records than you check it on.
+
 `--replay-only` skips step 1 and replays the traces already in DIR (e.g. under another hardware profile: the same
 decisions on an H100's clock). Not a test: timings are reported, never asserted.
 
@@ -317,6 +323,82 @@ def table(rows: list[Compared], hardware: str) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class StepClock:
+    """One point's recorded steps, measured against a cost model (`--records`)."""
+    label: str
+    steps: int = 0
+    tokens: int = 0                 # target tokens fed, over all steps
+    verify_s: float = 0.0           # measured
+    verify_model_s: float = 0.0
+    draft_s: float = 0.0            # measured, steps with draft forwards only
+    draft_model_s: float = 0.0
+
+    def err(self, model: float, real: float) -> float:
+        return model / real - 1 if real > 0 else 0.0
+
+
+def records_clock(paths: list[str], sim_model: str, hardware: str) -> list[StepClock]:
+    """`--records`: each real point's recorded forwards priced by `hardware`'s cost models for `sim_model`'s pair."""
+    from ouroboros.sinks import read_lines
+    from simulators.pair import pair_setup
+
+    _, _, _, costs = pair_setup(load_conf("model", sim_model), load_conf("hardware", hardware))
+    target, draft = costs["target"], costs["draft"]
+    for path in paths:
+        if not os.path.isfile(path):
+            raise OuroborosError(f"--records {path}: no such file")
+    out: dict[str, StepClock] = {}
+    for path in paths:
+        lines = read_lines(path)
+        sim = sorted({str(r.get("point_id")) for r in lines if r.get("backend") == "sim"})
+        if sim:
+            raise OuroborosError(f"--records {path}: holds simulated points ({sim[0]}, ...); the clock is checked "
+                                 "against a real backend's records only")
+        label = {str(r["point_id"]): str(r.get("label") or r.get("strategy")) for r in lines if "point_id" in r}
+        prompts = [(str(r["of_point"]), r["prompt"]) for r in lines if r.get("kind") == "prompt_result"]
+        prompts += [(str(r["point_id"]), pr) for r in lines if "point_id" in r for pr in r.get("prompts") or []]
+        seen: set[tuple[str, str]] = set()
+        for point, pr in prompts:
+            key = (point, str(pr.get("prompt_id")))
+            if key in seen or not pr.get("steps") or point not in label:
+                continue
+            seen.add(key)
+            c = out.setdefault(label[point], StepClock(label[point]))
+            done = int(pr.get("prompt_len") or 0)
+            for st in pr["steps"]:
+                k, sec = int(st.get("target_tokens") or 0), float(st.get("verify_s") or 0.0)
+                if k >= 1 and sec > 0:
+                    c.steps += 1
+                    c.tokens += k
+                    c.verify_s += sec
+                    c.verify_model_s += target.forward_s(k, done)
+                n, t = int(st.get("draft_forwards") or 0), int(st.get("draft_tokens") or 0)
+                if n >= 1 and t >= 1:
+                    c.draft_s += float(st.get("draft_s") or 0.0)
+                    c.draft_model_s += n * draft.forward_s(max(1, round(t / n)), done)
+                done += int(st.get("new_tokens") or 0)
+    if not any(c.steps for c in out.values()):
+        raise OuroborosError(f"--records {', '.join(paths)}: no timed steps (records of a real sweep keep each step's "
+                             "target_tokens and verify_s)")
+    return [c for c in out.values() if c.steps]
+
+
+def records_table(rows: list[StepClock], hardware: str) -> str:
+    lines = [f"the clock alone: recorded forwards priced on hardware={hardware} vs their measured time "
+             "(the real decisions)",
+             f"{'point':<44}{'steps':>7}{'mean k':>8}{'verify s':>10}{'model':>9}{'error':>8}"
+             f"{'draft s':>10}{'model':>9}{'error':>8}"]
+    for c in rows:
+        d = (f"{c.draft_s:>10.1f}{c.draft_model_s:>9.1f}{c.err(c.draft_model_s, c.draft_s):>+8.1%}"
+             if c.draft_s > 0 else f"{'-':>10}{'-':>9}{'-':>8}")
+        lines.append(f"{c.label:<44}{c.steps:>7}{c.tokens / c.steps:>8.1f}{c.verify_s:>10.1f}{c.verify_model_s:>9.1f}"
+                     f"{c.err(c.verify_model_s, c.verify_s):>+8.1%}{d}")
+    lines.append("draft: rough (a step's draft tokens spread evenly over its draft forwards, at the target's ctx); "
+                 "proposers' host time not included")
+    return "\n".join(lines)
+
+
 def add_args(ap) -> None:
     ap.add_argument("--strategies", default="vanilla,speculative:gamma=3,pld")
     ap.add_argument("--model", nargs="+", default=["qwen-coder"],
@@ -331,6 +413,9 @@ def add_args(ap) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dir", default="realcheck", help="traces and measured times are written / read here")
     ap.add_argument("--replay-only", action="store_true", help="replay the traces already in --dir")
+    ap.add_argument("--records", action="append", default=[], metavar="R.jsonl",
+                    help="check the clock alone on a real sweep's records (repeatable): each recorded forward "
+                         "priced by --hardware against its measured time; nothing is run or loaded")
     ap.add_argument("--batches", default=None, help="also run and replay under load: B = 1,2,4,... requests at once")
     ap.add_argument("--batched-only", action="store_true",
                     help="with --batches: skip step 1 (its traces in --dir are replayed), run the batched runs")
@@ -353,6 +438,11 @@ def main(a) -> int:
         raise OuroborosError(f"{e}: cpu_local is this machine's fitted clock; write it first with "
                              "`python -m simulators calibrate clock` (or pass --hardware <name>)") from None
     load_conf("model", a.sim_model)
+    if getattr(a, "records", None):
+        if a.batches or a.replay_only:
+            raise OuroborosError("--records checks recorded steps; it takes neither --batches nor --replay-only")
+        print(records_table(records_clock(a.records, a.sim_model, a.hardware), a.hardware))
+        return 0
     if a.batched_only and not batches:
         raise OuroborosError("--batched-only needs --batches")
     if a.batched_only:
