@@ -34,6 +34,7 @@ import os
 import platform
 import random
 import statistics
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -197,34 +198,46 @@ RECORD_CTX_BIN = 128   # --records: steps grouped by k and ctx // this
 RECORD_MIN_STEPS = 3   # --records: a (k, ctx) group with fewer steps gives no point
 
 
-def record_points(paths: list[str]) -> tuple[list[FitPoint], int]:
-    """The target's in-loop forwards of real sweeps' records as fit points (module doc): the median seconds of each
-    (k, ctx bin) group of at least RECORD_MIN_STEPS steps, and the steps read."""
+def recorded_steps(paths: list[str], why: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """Every timed step of real sweeps' records as (its point's label, ctx = the prompt plus the tokens committed
+    before it, the step), each (point, prompt) once; a missing file or simulated points are one line (`why`: what
+    needs real records)."""
     from ouroboros.sinks import read_lines
 
-    groups: dict[tuple[int, int], list[float]] = {}
-    seen: set[tuple[str, str]] = set()
-    steps = 0
+    for path in paths:
+        if not os.path.isfile(path):
+            raise OuroborosError(f"--records {path}: no such file")
     for path in paths:
         lines = read_lines(path)
         sim = sorted({str(r.get("point_id")) for r in lines if r.get("backend") == "sim"})
         if sim:
-            raise OuroborosError(f"--records {path}: holds simulated points ({sim[0]}, ...); the loop's forwards "
-                                 "are timed on a real backend's records only")
+            raise OuroborosError(f"--records {path}: holds simulated points ({sim[0]}, ...); {why} a real backend's "
+                                 "records only")
+        label = {str(r["point_id"]): str(r.get("label") or r.get("strategy")) for r in lines if "point_id" in r}
         prompts = [(str(r["of_point"]), r["prompt"]) for r in lines if r.get("kind") == "prompt_result"]
         prompts += [(str(r["point_id"]), pr) for r in lines if "point_id" in r for pr in r.get("prompts") or []]
+        seen: set[tuple[str, str]] = set()
         for point, pr in prompts:
             key = (point, str(pr.get("prompt_id")))
             if key in seen or not pr.get("steps"):
                 continue
             seen.add(key)
             done = int(pr.get("prompt_len") or 0)
-            for s in pr["steps"]:
-                k, sec = int(s.get("target_tokens") or 0), float(s.get("verify_s") or 0.0)
-                if k >= 1 and sec > 0:
-                    groups.setdefault((k, done // RECORD_CTX_BIN), []).append(sec)
-                    steps += 1
-                done += int(s.get("new_tokens") or 0)
+            for st in pr["steps"]:
+                yield label.get(point, point), done, st
+                done += int(st.get("new_tokens") or 0)
+
+
+def record_points(paths: list[str]) -> tuple[list[FitPoint], int]:
+    """The target's in-loop forwards of real sweeps' records as fit points (module doc): the median seconds of each
+    (k, ctx bin) group of at least RECORD_MIN_STEPS steps, and the steps read."""
+    groups: dict[tuple[int, int], list[float]] = {}
+    steps = 0
+    for _, done, s in recorded_steps(paths, "the loop's forwards are timed on"):
+        k, sec = int(s.get("target_tokens") or 0), float(s.get("verify_s") or 0.0)
+        if k >= 1 and sec > 0:
+            groups.setdefault((k, done // RECORD_CTX_BIN), []).append(sec)
+            steps += 1
     if not steps:
         raise OuroborosError(f"--records {', '.join(paths)}: no timed steps (records of a real sweep keep each step's "
                              "target_tokens and verify_s)")

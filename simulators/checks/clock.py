@@ -340,44 +340,24 @@ class StepClock:
 
 def records_clock(paths: list[str], sim_model: str, hardware: str) -> list[StepClock]:
     """`--records`: each real point's recorded forwards priced by `hardware`'s cost models for `sim_model`'s pair."""
-    from ouroboros.sinks import read_lines
+    from simulators.calibration.cost import recorded_steps
     from simulators.pair import pair_setup
 
     _, _, _, costs = pair_setup(load_conf("model", sim_model), load_conf("hardware", hardware))
     target, draft = costs["target"], costs["draft"]
-    for path in paths:
-        if not os.path.isfile(path):
-            raise OuroborosError(f"--records {path}: no such file")
     out: dict[str, StepClock] = {}
-    for path in paths:
-        lines = read_lines(path)
-        sim = sorted({str(r.get("point_id")) for r in lines if r.get("backend") == "sim"})
-        if sim:
-            raise OuroborosError(f"--records {path}: holds simulated points ({sim[0]}, ...); the clock is checked "
-                                 "against a real backend's records only")
-        label = {str(r["point_id"]): str(r.get("label") or r.get("strategy")) for r in lines if "point_id" in r}
-        prompts = [(str(r["of_point"]), r["prompt"]) for r in lines if r.get("kind") == "prompt_result"]
-        prompts += [(str(r["point_id"]), pr) for r in lines if "point_id" in r for pr in r.get("prompts") or []]
-        seen: set[tuple[str, str]] = set()
-        for point, pr in prompts:
-            key = (point, str(pr.get("prompt_id")))
-            if key in seen or not pr.get("steps") or point not in label:
-                continue
-            seen.add(key)
-            c = out.setdefault(label[point], StepClock(label[point]))
-            done = int(pr.get("prompt_len") or 0)
-            for st in pr["steps"]:
-                k, sec = int(st.get("target_tokens") or 0), float(st.get("verify_s") or 0.0)
-                if k >= 1 and sec > 0:
-                    c.steps += 1
-                    c.tokens += k
-                    c.verify_s += sec
-                    c.verify_model_s += target.forward_s(k, done)
-                n, t = int(st.get("draft_forwards") or 0), int(st.get("draft_tokens") or 0)
-                if n >= 1 and t >= 1:
-                    c.draft_s += float(st.get("draft_s") or 0.0)
-                    c.draft_model_s += n * draft.forward_s(max(1, round(t / n)), done)
-                done += int(st.get("new_tokens") or 0)
+    for label, done, st in recorded_steps(paths, "the clock is checked against"):
+        c = out.setdefault(label, StepClock(label))
+        k, sec = int(st.get("target_tokens") or 0), float(st.get("verify_s") or 0.0)
+        if k >= 1 and sec > 0:
+            c.steps += 1
+            c.tokens += k
+            c.verify_s += sec
+            c.verify_model_s += target.forward_s(k, done)
+        n, t = int(st.get("draft_forwards") or 0), int(st.get("draft_tokens") or 0)
+        if n >= 1 and t >= 1:
+            c.draft_s += float(st.get("draft_s") or 0.0)
+            c.draft_model_s += n * draft.forward_s(max(1, round(t / n)), done)
     if not any(c.steps for c in out.values()):
         raise OuroborosError(f"--records {', '.join(paths)}: no timed steps (records of a real sweep keep each step's "
                              "target_tokens and verify_s)")
