@@ -193,6 +193,39 @@ def shown(counts: list[list[int]]) -> list[tuple[int, float]]:
     return out
 
 
+def opening_quotes(pairs: list[Pair], lead: int = 8) -> list[tuple[int, int, int]]:
+    """Per answer: its longest run of tokens equal to a stretch of its prompt that starts within its first `lead`
+    tokens, as (where it starts in the answer, where in the prompt, its length); (-1, -1, 0) where none. How a real
+    answer opens by restating its prompt (HumanEval: the fence, then the function from its `def`), which copying by
+    match length does not start (docs/results.md)."""
+    out = []
+    for prompt, cont in pairs:
+        best = (-1, -1, 0)
+        for s in range(min(lead, len(cont))):
+            for j, tok in enumerate(prompt):
+                if tok != cont[s]:
+                    continue
+                n = 1
+                while s + n < len(cont) and j + n < len(prompt) and cont[s + n] == prompt[j + n]:
+                    n += 1
+                if n > best[2]:
+                    best = (s, j, n)
+        out.append(best)
+    return out
+
+
+def opening_line(quotes: list[tuple[int, int, int]], long: int = 32) -> str:
+    """One line on `opening_quotes`: how many answers open with a quote of `long`+ tokens, and the lengths."""
+    import statistics
+
+    lens = sorted(n for _, _, n in quotes)
+    longs = [q for q in quotes if q[2] >= long]
+    where = (f", from answer token {statistics.median(q[0] for q in longs):g} and prompt token "
+             f"{statistics.median(q[1] for q in longs):g} (medians)") if longs else ""
+    return (f"{len(longs)} of {len(quotes)} answers open with a quote of their prompt of {long}+ tokens{where}; "
+            f"quote lengths {lens[0]} / {statistics.median(lens):g} / {lens[-1]} (min / median / max)")
+
+
 def fit_induction(counts: list[list[int]], step: float = 0.01) -> tuple[float, float]:
     """(induction, induction_decay) on a `step` grid minimising the positions-weighted squared error of
     P(L) = 1 - (1 - induction) * induction_decay^(L - 1) against the measured copy rate at each L."""
@@ -249,6 +282,8 @@ def records_report(records: str, dataset: str | None, sims: dict[str, Any], mode
             for where, c in (("prompt", pr), ("anywhere", any_)):
                 cells = "".join(f"{p:>7.2f} ({n / total:.2f})" for n, p in shown(c))
                 out(f"{which + ' ' + where:<22}{cells}")
+        out(f"{'opening, real':<22}{opening_line(opening_quotes(real))}")
+        out(f"{'opening, surrogate':<22}{opening_line(opening_quotes(sur))}")
         real_pr, real_any = tables["real"]
         for where, c, copy_from in (("prompt", real_pr, "prompt"), ("anywhere", real_any, "context")):
             ind, dec = fit_induction(c)

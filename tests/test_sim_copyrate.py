@@ -7,7 +7,18 @@ import pytest
 from ouroboros.backends.base import OuroborosError
 from simulators.__main__ import main
 from simulators.checks.paper import parse_p_copy
-from simulators.copyrate import by_length, copy_rate, encode, fit, fit_induction, real_texts, shown, surrogate_rate
+from simulators.copyrate import (
+    by_length,
+    copy_rate,
+    encode,
+    fit,
+    fit_induction,
+    opening_line,
+    opening_quotes,
+    real_texts,
+    shown,
+    surrogate_rate,
+)
 from simulators.corpus import load_corpus
 from simulators.surrogate import plain_config
 
@@ -84,6 +95,18 @@ def test_golden_by_length():
         sum(h for _, h in by_length([([1, 2], [5, 6, 5, 6])], prompt_only=False)) == 2
     assert shown(t)[:3] == [(1, 1.0), (1, 1.0), (1, 0.0)]
     assert shown(t)[3][0] == 0 and shown(t)[3][1] != shown(t)[3][1]   # NaN where no position
+
+
+def test_golden_opening_quotes():
+    # answer 7 1 2 3 9: from answer token 1 it quotes prompt tokens 0-2 (1 2 3), then leaves; the later "5 6" of
+    # answer 2 starts past the lead of 2 tokens, so it has none; answer 3 quotes "2 3 4" from its first token
+    pairs = [([1, 2, 3, 4], [7, 1, 2, 3, 9]), ([5, 6], [8, 8, 5, 6]), ([1, 2, 3, 4], [2, 3, 4, 4])]
+    q = opening_quotes(pairs, lead=2)
+    assert q == [(1, 0, 3), (-1, -1, 0), (0, 1, 3)]
+    line = opening_line(q, long=3)
+    assert line.startswith("2 of 3 answers open with a quote of their prompt of 3+ tokens, from answer token 0.5 "
+                           "and prompt token 0.5") and "lengths 0 / 3 / 3" in line
+    assert opening_line(q, long=4).startswith("0 of 3 answers")
 
 
 def test_fit_induction_recovers_its_curve():
