@@ -25,6 +25,7 @@ clocks.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,8 +217,6 @@ def opening_quotes(pairs: list[Pair], lead: int = 8) -> list[tuple[int, int, int
 
 def opening_line(quotes: list[tuple[int, int, int]], long: int = 32) -> str:
     """One line on `opening_quotes`: how many answers open with a quote of `long`+ tokens, and the lengths."""
-    import statistics
-
     lens = sorted(n for _, _, n in quotes)
     longs = [q for q in quotes if q[2] >= long]
     where = (f", from answer token {statistics.median(q[0] for q in longs):g} and prompt token "
