@@ -162,3 +162,51 @@ def test_calibrate_clock_from_records_fits_the_target_to_the_loops_forwards(tmp_
     rec.write_text(json.dumps(lines[0]) + "\n")
     assert main(["--model", "tiny", "--names", "tiny-t", "--records", str(rec), "--out", str(out)]) == 2
     assert "the fit needs >= 6" in capsys.readouterr().err
+
+
+def test_calibrate_clock_from_records_refits_the_draft_where_it_has_enough_forwards(tmp_path, capsys):
+    """`--records` with draft forwards in the steps (k = draft tokens spread over the step's forwards, seconds per
+    forward = draft_s / forwards): with enough (k, ctx) groups the draft's model is refitted to them (its LM-head row
+    kept); with too few it keeps its isolated fit and one line says so."""
+    import json
+
+    from simulators.cost_model import CostModel
+
+    tgt = CostModel(fixed_s=0.2, token_s=4e-3, weight_s=0.04, flop_s_per_token=4e-3, tile=8, kv_s_per_ctx=1e-5,
+                    attn_s_per_q_ctx=2e-6, one_row_s=0.05)
+    dft = CostModel(fixed_s=0.08, token_s=1e-3, weight_s=0.01, flop_s_per_token=1.5e-3, tile=8, kv_s_per_ctx=4e-6,
+                    attn_s_per_q_ctx=5e-7, one_row_s=0.01)
+
+    def records(draft_ks):
+        steps, done = [], 40
+        for i, dk in enumerate(draft_ks * 20):
+            k = [1, 2, 4, 8, 16, 32, 64][i % 7]
+            ctx = (done // 128) * 128 + 64
+            fw = 3 if dk <= 4 else 1
+            steps.append({"target_tokens": k, "verify_s": tgt.forward_s(k, ctx), "new_tokens": 1,
+                          "draft_forwards": fw, "draft_tokens": dk * fw, "draft_s": fw * dft.forward_s(dk, ctx)})
+            done += 1
+        rec = tmp_path / "r.jsonl"
+        rec.write_text(json.dumps({"kind": "prompt_result", "of_point": "p",
+                                   "prompt": {"prompt_id": "a", "prompt_len": 40, "steps": steps}}) + "\n")
+        return str(rec)
+
+    out = tmp_path / "hw.yaml"
+    iso = {"fixed_s": 0.1, "weight_s": 0.03, "head_s_per_row": 0.001}
+    out.write_text(yaml.safe_dump({"name": "cpu_local", "source": "timed", "costs": {
+        "tiny-t": {"fixed_s": 0.1, "head_s_per_row": 0.002}, "tiny-d": iso}}))
+    rec = records([1, 2, 3, 4, 6, 9, 12, 24, 48, 96, 128, 160, 1, 1, 2, 4])
+    assert main(["--model", "tiny", "--names", "tiny-t,tiny-d", "--records", rec, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "tiny-d: 320 timed steps" in text and "rough" in text
+    hw = yaml.safe_load(out.read_text())
+    fitted = CostModel.from_dict(hw["costs"]["tiny-d"])
+    assert fitted.head_s_per_row == 0.001
+    for k in (1, 4, 24, 128):
+        assert abs(fitted.forward_s(k, 192) / dft.forward_s(k, 192) - 1) < 0.05, k
+    assert "tiny-d refitted by calibrate clock --records to the loop's draft forwards" in hw["source"]
+    out.write_text(yaml.safe_dump({"name": "cpu_local", "source": "timed", "costs": {
+        "tiny-t": {"fixed_s": 0.1, "head_s_per_row": 0.002}, "tiny-d": iso}}))
+    assert main(["--model", "tiny", "--names", "tiny-t,tiny-d", "--records", records([1]), "--out", str(out)]) == 0
+    assert "tiny-d: 20 steps with draft forwards -> 1 (k, ctx) points" in capsys.readouterr().out
+    assert yaml.safe_load(out.read_text())["costs"]["tiny-d"] == iso

@@ -24,8 +24,11 @@ sweep's records is one target forward (k = the tokens it fed, ctx = the prompt p
 seconds = its verify time), grouped by k and ctx (128-token bins) and taken as the groups' medians. On a 2-core
 Zen 4 the loop's four-token target forwards took 277-308 ms against 245-264 ms timed in isolation, its one-token ones
 286-301 against 280-287 ms (docs/results.md): a difference in shape that no timing of isolated forwards can see.
-The draft's model and both LM-head rows stay the profile's (a step's draft time mixes forwards of several sizes
-with the proposer's own host time); nothing is loaded or timed. Knows nothing of strategies.
+Where the records hold draft forwards (speculative, cascade, Ouroboros) in at least as many (k, ctx) groups as the
+fit needs, the DRAFT's model is refitted the same way, roughly: a step's draft time over its draft forwards at k =
+its draft tokens spread evenly over them (the proposer's own host time included, as the clock charges none beside
+a draft model's forwards); otherwise the draft keeps its isolated fit and a line says so. Both LM-head rows stay
+the profile's; nothing is loaded or timed. Knows nothing of strategies.
 """
 
 from __future__ import annotations
@@ -228,17 +231,25 @@ def recorded_steps(paths: list[str], why: str) -> Iterator[tuple[str, int, dict[
                 done += int(st.get("new_tokens") or 0)
 
 
-def record_points(paths: list[str]) -> tuple[list[FitPoint], int]:
-    """The target's in-loop forwards of real sweeps' records as fit points (module doc): the median seconds of each
-    (k, ctx bin) group of at least RECORD_MIN_STEPS steps, and the steps read."""
+def record_points(paths: list[str], side: str = "target") -> tuple[list[FitPoint], int]:
+    """The in-loop forwards of real sweeps' records as fit points (module doc): the median seconds per forward of
+    each (k, ctx bin) group of at least RECORD_MIN_STEPS steps, and the steps read. `side` "target": a step's one
+    verify forward (k = its target tokens); "draft": its draft forwards, rough (k = the step's draft tokens spread
+    evenly over them, seconds = its draft time over their count; steps without draft forwards are skipped)."""
     groups: dict[tuple[int, int], list[float]] = {}
     steps = 0
     for _, done, s in recorded_steps(paths, "the loop's forwards are timed on"):
-        k, sec = int(s.get("target_tokens") or 0), float(s.get("verify_s") or 0.0)
+        if side == "target":
+            k, sec = int(s.get("target_tokens") or 0), float(s.get("verify_s") or 0.0)
+        else:
+            n, t = int(s.get("draft_forwards") or 0), int(s.get("draft_tokens") or 0)
+            if n < 1 or t < 1:
+                continue
+            k, sec = max(1, round(t / n)), float(s.get("draft_s") or 0.0) / n
         if k >= 1 and sec > 0:
             groups.setdefault((k, done // RECORD_CTX_BIN), []).append(sec)
             steps += 1
-    if not steps:
+    if not steps and side == "target":
         raise OuroborosError(f"--records {', '.join(paths)}: no timed steps (records of a real sweep keep each step's "
                              "target_tokens and verify_s)")
     pts = [FitPoint(k, b * RECORD_CTX_BIN + RECORD_CTX_BIN // 2, statistics.median(v))
@@ -247,32 +258,46 @@ def record_points(paths: list[str]) -> tuple[list[FitPoint], int]:
 
 
 def fit_records(a) -> int:
-    """`--records`: the target's cost model fitted to the loop's forwards, written into the hardware profile beside
-    the draft's (module doc)."""
+    """`--records`: the target's cost model fitted to the loop's forwards, and the draft's where the records hold
+    enough draft forwards, written into the hardware profile (module doc)."""
     model = load_conf("model", a.model)
     prof = model.get("profile") or {}
-    name = a.names.split(",")[0] if a.names else (prof.get("target") or {}).get("name")
+    given = a.names.split(",") if a.names else []
+    name = given[0] if given else (prof.get("target") or {}).get("name")
+    dname = given[1] if len(given) > 1 else (None if given else (prof.get("draft") or {}).get("name"))
     if not name:
-        raise OuroborosError(f"model {a.model!r} has no profile: section; pass --names target")
+        raise OuroborosError(f"model {a.model!r} has no profile: section; pass --names target[,draft]")
     if not os.path.exists(a.out):
-        raise OuroborosError(f"--records refits the target in an existing profile: no {a.out} (run `python -m "
-                             "simulators calibrate clock` first: the draft and the LM-head rows come from it)")
+        raise OuroborosError(f"--records refits the pair in an existing profile: no {a.out} (run `python -m "
+                             "simulators calibrate clock` first: the LM-head rows come from it)")
     with open(a.out, encoding="utf-8") as f:
         doc = yaml.safe_load(f) or {}
-    old = (doc.get("costs") or {}).get(name)
-    if old is None:
+    costs = doc.get("costs") or {}
+    if costs.get(name) is None:
         raise OuroborosError(f"--records: {a.out} has no cost model for {name} to take its LM-head row from")
     pts, steps = record_points(a.records)
     if len(pts) < MIN_FIT_POINTS:
         raise OuroborosError(f"--records: {len(pts)} (k, ctx) groups of >= {RECORD_MIN_STEPS} steps; the fit needs "
                              f">= {MIN_FIT_POINTS} (record strategies of several widths: sweep=compare)")
-    cm, rep = fit(pts, name=name)
-    cm = replace(cm, head_s_per_row=float(old.get("head_s_per_row") or 0.0))
-    print(f"{steps} timed steps in {len(a.records)} records file(s) -> {len(pts)} (k, ctx) points")
-    print(report(name, pts, cm, rep))
-    doc["costs"][name] = cost_entry(cm)
-    doc["source"] = (str(doc.get("source") or "") + f"; {name} refitted by calibrate clock --records to the loop's "
-                     f"forwards ({steps} steps, {len(pts)} points; its LM-head row kept)")
+    dpts, dsteps = record_points(a.records, "draft") if dname else ([], 0)
+    refit = {name: (pts, steps)}
+    if dname and costs.get(dname) is not None and len(dpts) >= MIN_FIT_POINTS:
+        refit[dname] = (dpts, dsteps)
+    for nm, (p, n) in refit.items():
+        cm, rep = fit(p, name=nm)
+        cm = replace(cm, head_s_per_row=float(costs[nm].get("head_s_per_row") or 0.0))
+        print(f"{nm}: {n} timed steps in {len(a.records)} records file(s) -> {len(p)} (k, ctx) points"
+              + (" (rough: a step's draft tokens spread evenly over its draft forwards)" if nm == dname else ""))
+        print(report(nm, p, cm, rep))
+        costs[nm] = cost_entry(cm)
+        which = "draft forwards" if nm == dname else "forwards"
+        doc["source"] = (str(doc.get("source") or "") + f"; {nm} refitted by calibrate clock --records to the loop's "
+                         f"{which} ({n} steps, {len(p)} points; its LM-head row kept)")
+    if dname and dname not in refit:
+        print(f"{dname}: {dsteps} steps with draft forwards -> {len(dpts)} (k, ctx) points of >= {RECORD_MIN_STEPS} "
+              f"steps; its isolated fit stays (a refit needs >= {MIN_FIT_POINTS}: record a draft-model strategy of "
+              "several draft widths, e.g. speculative, cascade, ouroboros)")
+    doc["costs"] = costs
     dump_profile(a.out, doc)
     print(f"profile written to {a.out}")
     return 0
