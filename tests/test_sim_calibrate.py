@@ -210,3 +210,45 @@ def test_calibrate_clock_from_records_refits_the_draft_where_it_has_enough_forwa
     assert main(["--model", "tiny", "--names", "tiny-t,tiny-d", "--records", records([1]), "--out", str(out)]) == 0
     assert "tiny-d: 20 steps with draft forwards -> 1 (k, ctx) points" in capsys.readouterr().out
     assert yaml.safe_load(out.read_text())["costs"]["tiny-d"] == iso
+
+
+def test_calibrate_clock_from_records_scales_each_round_to_one_machine_state(tmp_path, capsys):
+    """A machine that slows down between prompts: round b (every point's decode of prompt b) ran 1.4x slower than
+    round a, and only round b holds the wide forwards. As measured, the fit mixes the states (wide forwards look 40%
+    dearer against one-token ones than they are); scaled by each round's one-token forwards, the shape is the
+    machine's."""
+    import json
+
+    from simulators.cost_model import CostModel
+
+    true = CostModel(fixed_s=0.2, token_s=4e-3, weight_s=0.04, flop_s_per_token=4e-3, tile=8, kv_s_per_ctx=1e-5,
+                     attn_s_per_q_ctx=2e-6, one_row_s=0.05)
+    lines = []
+    for pid, slow, ks in (("a", 1.0, [2, 4, 6, 8] * 10), ("b", 1.4, [12, 16, 24, 32, 48, 64] * 8)):
+        for point, kk in (("vanilla", [1] * 40), ("wide", ks)):
+            steps, done = [], 40
+            for k in kk:
+                steps.append({"target_tokens": k, "new_tokens": 1,
+                              "verify_s": slow * true.forward_s(k, (done // 128) * 128 + 64)})
+                done += 1
+            lines.append({"kind": "prompt_result", "of_point": point,
+                          "prompt": {"prompt_id": pid, "prompt_len": 40, "steps": steps}})
+    rec = tmp_path / "r.jsonl"
+    rec.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "hw.yaml"
+
+    def fitted(*extra):
+        out.write_text(yaml.safe_dump({"name": "cpu_local", "source": "timed", "costs": {
+            "tiny-t": {"fixed_s": 0.1, "head_s_per_row": 0.002}}}))
+        assert main(["--model", "tiny", "--names", "tiny-t", "--records", str(rec), "--out", str(out), *extra]) == 0
+        return CostModel.from_dict(yaml.safe_load(out.read_text())["costs"]["tiny-t"])
+
+    def shape(cm):
+        return cm.forward_s(48, 64) / cm.forward_s(1, 64)
+
+    scaled = fitted()
+    assert "machine state: 2 rounds (file, prompt) of one-token forwards at" in capsys.readouterr().out
+    assert abs(shape(scaled) / shape(true) - 1) < 0.03
+    measured = fitted("--as-measured")
+    assert "machine state" not in capsys.readouterr().out
+    assert shape(measured) / shape(true) - 1 > 0.15

@@ -29,6 +29,12 @@ fit needs, the DRAFT's model is refitted the same way, roughly: a step's draft t
 its draft tokens spread evenly over them (the proposer's own host time included, as the clock charges none beside
 a draft model's forwards); otherwise the draft keeps its isolated fit and a line says so. Both LM-head rows stay
 the profile's; nothing is loaded or timed. Knows nothing of strategies.
+
+A shared machine changes speed over minutes: on a 2-core cloud Xeon, vanilla's one-token forwards ran at 177-287 ms
+across the rounds of one afternoon's recordings. An interleaved sweep decodes each prompt with every point in turn
+(a round), so a round's steps share one state; `--records` scales each round's steps by the median of its one-token
+forwards against the median over rounds before grouping (a line gives the spread), so forwards of different widths
+recorded in different states do not bend the fitted shape. `--as-measured` fits the steps unscaled.
 """
 
 from __future__ import annotations
@@ -201,10 +207,11 @@ RECORD_CTX_BIN = 128   # --records: steps grouped by k and ctx // this
 RECORD_MIN_STEPS = 3   # --records: a (k, ctx) group with fewer steps gives no point
 
 
-def recorded_steps(paths: list[str], why: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
+def recorded_steps(paths: list[str], why: str) -> Iterator[tuple[str, int, dict[str, Any], tuple[str, str]]]:
     """Every timed step of real sweeps' records as (its point's label, ctx = the prompt plus the tokens committed
-    before it, the step), each (point, prompt) once; a missing file or simulated points are one line (`why`: what
-    needs real records)."""
+    before it, the step, its round = (file, prompt id)), each (point, prompt) once; a missing file or simulated
+    points are one line (`why`: what needs real records). A round: an interleaved sweep decodes one prompt with every
+    point in turn, so a round's steps ran minutes apart at most, in one state of the machine."""
     from ouroboros.sinks import read_lines
 
     for path in paths:
@@ -227,18 +234,42 @@ def recorded_steps(paths: list[str], why: str) -> Iterator[tuple[str, int, dict[
             seen.add(key)
             done = int(pr.get("prompt_len") or 0)
             for st in pr["steps"]:
-                yield label.get(point, point), done, st
+                yield label.get(point, point), done, st, (path, key[1])
                 done += int(st.get("new_tokens") or 0)
 
 
-def record_points(paths: list[str], side: str = "target") -> tuple[list[FitPoint], int]:
+def round_scales(paths: list[str]) -> tuple[dict[tuple[str, str], float], str]:
+    """Each round's factor to one machine state (module doc): its one-token target forwards' median (vanilla's
+    steps, and any other k = 1 step) against the median over rounds, and a line saying how far the rounds spread.
+    Rounds with fewer than RECORD_MIN_STEPS one-token forwards keep factor 1 and are counted in the line."""
+    ones: dict[tuple[str, str], list[float]] = {}
+    rounds: set[tuple[str, str]] = set()
+    for _, _, s, rnd in recorded_steps(paths, "the loop's forwards are timed on"):
+        rounds.add(rnd)
+        if int(s.get("target_tokens") or 0) == 1 and float(s.get("verify_s") or 0.0) > 0:
+            ones.setdefault(rnd, []).append(float(s["verify_s"]))
+    ref = {r: statistics.median(v) for r, v in ones.items() if len(v) >= RECORD_MIN_STEPS}
+    if not ref:
+        return {}, "machine state: no round has one-token forwards; the steps are fitted as measured"
+    mid = statistics.median(ref.values())
+    lo, hi = min(ref.values()), max(ref.values())
+    left = len(rounds) - len(ref)
+    line = (f"machine state: {len(ref)} rounds (file, prompt) of one-token forwards at {lo * 1e3:.0f}-{hi * 1e3:.0f} "
+            f"ms (median {mid * 1e3:.0f}); each round's steps scaled to the median"
+            + (f"; {left} round(s) without them kept as measured" if left else ""))
+    return {r: mid / v for r, v in ref.items()}, line
+
+
+def record_points(paths: list[str], side: str = "target",
+                  scales: dict[tuple[str, str], float] | None = None) -> tuple[list[FitPoint], int]:
     """The in-loop forwards of real sweeps' records as fit points (module doc): the median seconds per forward of
     each (k, ctx bin) group of at least RECORD_MIN_STEPS steps, and the steps read. `side` "target": a step's one
     verify forward (k = its target tokens); "draft": its draft forwards, rough (k = the step's draft tokens spread
-    evenly over them, seconds = its draft time over their count; steps without draft forwards are skipped)."""
+    evenly over them, seconds = its draft time over their count; steps without draft forwards are skipped).
+    `scales` (round_scales): each step's seconds times its round's factor (missing: 1)."""
     groups: dict[tuple[int, int], list[float]] = {}
     steps = 0
-    for _, done, s in recorded_steps(paths, "the loop's forwards are timed on"):
+    for _, done, s, rnd in recorded_steps(paths, "the loop's forwards are timed on"):
         if side == "target":
             k, sec = int(s.get("target_tokens") or 0), float(s.get("verify_s") or 0.0)
         else:
@@ -247,7 +278,7 @@ def record_points(paths: list[str], side: str = "target") -> tuple[list[FitPoint
                 continue
             k, sec = max(1, round(t / n)), float(s.get("draft_s") or 0.0) / n
         if k >= 1 and sec > 0:
-            groups.setdefault((k, done // RECORD_CTX_BIN), []).append(sec)
+            groups.setdefault((k, done // RECORD_CTX_BIN), []).append(sec * (scales or {}).get(rnd, 1.0))
             steps += 1
     if not steps and side == "target":
         raise OuroborosError(f"--records {', '.join(paths)}: no timed steps (records of a real sweep keep each step's "
@@ -275,11 +306,14 @@ def fit_records(a) -> int:
     costs = doc.get("costs") or {}
     if costs.get(name) is None:
         raise OuroborosError(f"--records: {a.out} has no cost model for {name} to take its LM-head row from")
-    pts, steps = record_points(a.records)
+    scales, state = round_scales(a.records) if getattr(a, "same_state", True) else ({}, "")
+    if state:
+        print(state)
+    pts, steps = record_points(a.records, scales=scales)
     if len(pts) < MIN_FIT_POINTS:
         raise OuroborosError(f"--records: {len(pts)} (k, ctx) groups of >= {RECORD_MIN_STEPS} steps; the fit needs "
                              f">= {MIN_FIT_POINTS} (record strategies of several widths: sweep=compare)")
-    dpts, dsteps = record_points(a.records, "draft") if dname else ([], 0)
+    dpts, dsteps = record_points(a.records, "draft", scales) if dname else ([], 0)
     refit = {name: (pts, steps)}
     if dname and costs.get(dname) is not None and len(dpts) >= MIN_FIT_POINTS:
         refit[dname] = (dpts, dsteps)
@@ -417,6 +451,9 @@ def add_args(ap) -> None:
     ap.add_argument("--records", action="append", default=[], metavar="R.jsonl",
                     help="refit the target's model in --out to the loop's own forwards in a real sweep's records "
                          "(repeatable; nothing is timed; module doc)")
+    ap.add_argument("--as-measured", dest="same_state", action="store_false",
+                    help="--records: fit the steps as measured (default: each prompt round scaled to one machine "
+                         "state by its one-token forwards; module doc)")
 
 
 def main(a) -> int:

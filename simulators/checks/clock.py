@@ -346,7 +346,7 @@ def records_clock(paths: list[str], sim_model: str, hardware: str) -> list[StepC
     _, _, _, costs = pair_setup(load_conf("model", sim_model), load_conf("hardware", hardware))
     target, draft = costs["target"], costs["draft"]
     out: dict[str, StepClock] = {}
-    for label, done, st in recorded_steps(paths, "the clock is checked against"):
+    for label, done, st, _ in recorded_steps(paths, "the clock is checked against"):
         c = out.setdefault(label, StepClock(label))
         k, sec = int(st.get("target_tokens") or 0), float(st.get("verify_s") or 0.0)
         if k >= 1 and sec > 0:
