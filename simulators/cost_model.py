@@ -39,8 +39,9 @@
 Three ways in: `from_spec` (model profile x hardware profile x dtype, with placement: single device,
 pipeline = device_map="auto" (layers run one device after another), tensor parallel), `scaled_to` (a
 user's measured t(1) = t_T or t_S; the shape comes from the spec model or is flat), and `fit` (least squares
-over measured (k, ctx, seconds) points, as `simulators calibrate clock` does). `check_fits` refuses pairs that do
-not fit the machine's memory.
+over measured (k, ctx, seconds) points, as `simulators calibrate clock` does; each point weighted by the forwards
+it stands for: 1 when timed, a records group's steps with `--records`, as a decode's time is their sum).
+`check_fits` refuses pairs that do not fit the machine's memory.
 
 This module knows nothing of tokens, strategies or clocks: it only turns shapes into seconds.
 """
@@ -241,6 +242,7 @@ class FitPoint:
     ctx: int
     seconds: float
     batch: int = 1      # B sequences of k new tokens over ctx cached ones each, in one forward
+    weight: float = 1.0  # its share of the fit: the forwards it stands for (a records group's steps); 1 when timed
 
 
 @dataclass(frozen=True)
@@ -276,7 +278,7 @@ def fit(points: list[FitPoint], tiles: tuple[int, ...] = (1, 4, 8, 16, 32), name
         cm = _fit_formula(points, tiles, name, roofline_ps)
     else:
         cm = _fit_formula(rest, tiles, name, roofline_ps)
-        excess = float(np.mean([p.seconds - cm.forward_s(1, p.ctx) for p in ones]))
+        excess = float(np.average([p.seconds - cm.forward_s(1, p.ctx) for p in ones], weights=[p.weight for p in ones]))
         cm = replace(cm, one_row_s=max(excess, 0.0))
     rel = tuple(cm.batch_forward_s([(p.k, p.ctx, None)] * p.batch) / p.seconds - 1 for p in points)
     return cm, FitReport(sum(map(abs, rel)) / len(rel), max(map(abs, rel)), rel)
@@ -293,6 +295,7 @@ def _fit_formula(points: list[FitPoint], tiles: tuple[int, ...], name: str,
     kq = np.array([p.k for p in points], dtype=float)             # per sequence
     ctx = np.array([p.ctx for p in points], dtype=float)
     t = np.array([p.seconds for p in points])
+    w = np.sqrt(np.array([p.weight for p in points], dtype=float))
     scale = float(t.min())
     def roof(weight, mm, p):
         if not p:
@@ -312,11 +315,11 @@ def _fit_formula(points: list[FitPoint], tiles: tuple[int, ...], name: str,
 
             x0 = np.array([0.3 * scale, 0.1 * scale / max(k.max(), 1), 0.5 * scale, scale / max(kt.max(), 1),
                            0.01 * scale / max(ctx.max(), 1), 0.001 * scale / max((k * ctx).max(), 1)])
-            res = least_squares(lambda x, model=model: model(x) / t - 1, x0, bounds=(0, np.inf),
+            res = least_squares(lambda x, model=model: w * (model(x) / t - 1), x0, bounds=(0, np.inf),
                                 x_scale=x0 + 1e-12, max_nfev=4000)
             cm = CostModel(**dict(zip(_FIT_FIELDS, (float(v) for v in res.x), strict=True)), tile=tile,
                            roofline_p=float(p), name=name)
-            err = float(np.abs(model(res.x) / t - 1).mean())
+            err = float(np.average(np.abs(model(res.x) / t - 1), weights=w * w))
             if bool(p) not in best or err < best[bool(p)][0]:
                 best[bool(p)] = (err, cm)
     if not best:

@@ -159,6 +159,28 @@ def test_a_one_row_forward_costs_its_own_measured_extra_and_fit_finds_it():
     assert fit(faster, tiles=(1, 8))[0].one_row_s == 0.0                        # never below 0
 
 
+def test_fit_weights_points_by_the_forwards_they_stand_for():
+    """A records group of 3 steps must not pull the fit as hard as one of 300: with each point weighted by its
+    steps, a slow one-token group of 3 steps (the first forwards of a few short prompts) moves one_row_s and the
+    formula little; unweighted it moves one_row_s by a quarter of its excess."""
+    from dataclasses import replace
+
+    from simulators.cost_model import FitPoint, fit
+
+    base = CostModel(fixed_s=0.2, token_s=4e-3, weight_s=0.04, flop_s_per_token=4e-3, tile=8, kv_s_per_ctx=1e-5,
+                     attn_s_per_q_ctx=2e-6)
+    true = replace(base, one_row_s=0.05)
+    grid = [(k, c) for k in (1, 2, 4, 8, 16, 32, 64, 128) for c in (64, 192, 320, 448)]
+    pts = [FitPoint(k, c, true.forward_s(k, c) * (1.6 if (k, c) in ((1, 64), (8, 64)) else 1.0),
+                    weight=3 if (k, c) in ((1, 64), (8, 64)) else 300) for k, c in grid]
+    weighted, _ = fit(pts, tiles=(1, 8))
+    plain, _ = fit([replace(p, weight=1.0) for p in pts], tiles=(1, 8))
+    assert weighted.one_row_s == pytest.approx(0.05, abs=0.01)
+    assert plain.one_row_s - 0.05 > 0.025
+    assert abs(weighted.forward_s(1, 192) / true.forward_s(1, 192) - 1) < 0.03
+    assert abs(plain.forward_s(1, 192) / true.forward_s(1, 192) - 1) > 0.06
+
+
 def test_smooth_roofline_shape():
     """roofline_p 0 is the sharp max(w, f); p > 0 is (w^p + f^p)^(1/p): 2^(1/p) x w at the ridge, near the max far
     from it, never below it, and the same in the batched and uniform-batch forms."""

@@ -21,7 +21,8 @@ a pair whose weights are not at hand (Yi-34B/6B, Llama-2-70B/7B) can be measured
 
 `--records R.jsonl` (repeatable) fits the TARGET's cost model to the loop's own forwards instead: every step of a real
 sweep's records is one target forward (k = the tokens it fed, ctx = the prompt plus the tokens committed before it,
-seconds = its verify time), grouped by k and ctx (128-token bins) and taken as the groups' medians. On a 2-core
+seconds = its verify time), grouped by k and ctx (128-token bins) and taken as the groups' medians, each
+weighted in the fit by its steps. On a 2-core
 Zen 4 the loop's four-token target forwards took 277-308 ms against 245-264 ms timed in isolation, its one-token ones
 286-301 against 280-287 ms (docs/results.md): a difference in shape that no timing of isolated forwards can see.
 Where the records hold draft forwards (speculative, cascade, Ouroboros) in at least as many (k, ctx) groups as the
@@ -283,7 +284,7 @@ def record_points(paths: list[str], side: str = "target",
     if not steps and side == "target":
         raise OuroborosError(f"--records {', '.join(paths)}: no timed steps (records of a real sweep keep each step's "
                              "target_tokens and verify_s)")
-    pts = [FitPoint(k, b * RECORD_CTX_BIN + RECORD_CTX_BIN // 2, statistics.median(v))
+    pts = [FitPoint(k, b * RECORD_CTX_BIN + RECORD_CTX_BIN // 2, statistics.median(v), weight=len(v))
            for (k, b), v in sorted(groups.items()) if len(v) >= RECORD_MIN_STEPS]
     return pts, steps
 
