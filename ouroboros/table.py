@@ -51,8 +51,9 @@ def settings_lines(records: list[Record]) -> list[str]:
         lines.append("decisions (simulated points): " + one(lambda r: decisions_text(r) if r.decisions else "real"))
         measured = list(dict.fromkeys(b["measured_by"].split(" --")[0] + f", commit {b['commit']}" for r in sims
                                       if (b := (r.decisions or {}).get("band"))))
-        lines.append("±: the central 80% of the errors measured for this source and strategy"
-                     + (f" ({'; '.join(measured)})" if measured else "") + "; ?: not measured. rank: by speedup, "
+        lines.append("±: the central 80% of the errors measured for this source and strategy (the largest where "
+                     "fewer than 3)" + (f" ({'; '.join(measured)})" if measured else "") + "; ?: not measured. rank: "
+                     "by speedup, "
                      "'=' where bands overlap (a tie, not an order)")
     return lines
 

@@ -249,6 +249,8 @@ def test_calibrate_clock_from_records_scales_each_round_to_one_machine_state(tmp
     scaled = fitted()
     assert "machine state: 2 rounds (file, prompt) of one-token forwards at" in capsys.readouterr().out
     assert abs(shape(scaled) / shape(true) - 1) < 0.03
-    measured = fitted("--as-measured")
+    assert yaml.safe_load(out.read_text())["name"] == "cpu_local"        # the profile's own name kept
+    measured = fitted("--as-measured", "--hardware-name", "cpu_rec_b")
     assert "machine state" not in capsys.readouterr().out
     assert shape(measured) / shape(true) - 1 > 0.15
+    assert yaml.safe_load(out.read_text())["name"] == "cpu_rec_b"

@@ -221,6 +221,8 @@ def test_quantile_and_the_band_summary():
     s = summarise(cells)["ouroboros"]
     assert s["speedup"] == pytest.approx(0.32) and s["cells"]["speedup"] == 5 and s["coverage"]["speedup"] == 0.8
     assert summarise(cells)["vanilla"] == {"block_efficiency": 0.0, "speedup": 0.0}
+    two = summarise([{"strategy": "pld", "metric": "speedup", "error": e} for e in (0.036, -0.048)])["pld"]
+    assert two["speedup"] == 0.048 and two["coverage"]["speedup"] == 1.0     # 2 cells: the largest, not 0.8 of the way
 
 
 def test_the_committed_bands_are_measured_on_held_out_figures_only():
@@ -304,3 +306,47 @@ def test_keep_records_carries_the_sweep_cells_and_a_new_cell_of_any_of_their_pro
     assert [c["error"] for c in replaced(kept, [{"strategy": "pld", "prompts": ["9"]}])] == [0.2, 0.3, -0.1]
     with pytest.raises(OuroborosError, match="--keep-records: no bands file"):
         kept_cells(tmp_path / "none.yaml", traces=False, records=True)
+
+
+def test_speedup_cells_score_a_held_out_sweep_against_its_simulated_sweeps(tmp_path):
+    """`calibrate bands --speedups TASK=REAL:SIM,...`: one profile_recorded speedup cell per strategy (seeds pooled:
+    tokens over seconds summed); refused in one line each: simulated points in REAL, a SIM not decided by a recorded
+    profile, other prompts, a prompt the profile was fitted to."""
+    from simulators.calibration.bands import replaced, speedup_cells
+
+    def write(name, backend, times, ids=("96", "98"), decisions=None):
+        lines = []
+        for label, sec in times.items():
+            r = {"point_id": label + name, "label": label, "strategy": label, "backend": backend,
+                 "max_new_tokens": 64, "config": {"dataset": {"ids": list(ids)}}, "hardware": {"name": "cpu_x"},
+                 "totals": {"new_tokens": 100, "elapsed_s": sec}}
+            if backend == "sim":
+                r["decisions"] = decisions or {"kind": "profile", "method": "recorded", "label": "profile p",
+                                               "name": "qwen_coder_mtbench_open"}
+            lines.append(json.dumps(r) + "\n")
+        (tmp_path / name).write_text("".join(lines))
+        return str(tmp_path / name)
+
+    real = write("real.jsonl", "hf", {"vanilla": 20.0, "pld": 10.0})                    # 2.00x
+    s0 = write("s0.jsonl", "sim", {"vanilla": 18.0, "pld": 8.0})
+    s1 = write("s1.jsonl", "sim", {"vanilla": 22.0, "pld": 12.0})                        # pooled 40 / 20: 2.00x
+    s2 = write("s2.jsonl", "sim", {"vanilla": 20.0, "pld": 8.0})
+    said: list[str] = []
+    cells = speedup_cells([f"mtbench={real}:{s0},{s1}", f"mtbench={real}:{s2}"], said.append)
+    assert [(c["strategy"], c["metric"], c["error"]) for c in cells] == [("pld", "speedup", 0.0),
+                                                                       ("pld", "speedup", 0.25)]
+    assert cells[0]["task"] == "mtbench (96..98)" and cells[0]["hardware"] == ["cpu_x"]
+    assert "pld speedup real 2.00x, modelled 2.50x (+25.0%)" in said[1]
+    eta = {"strategy": "pld", "metric": "block_efficiency", "prompts": ["96"], "error": 0.1}
+    assert replaced([eta], cells) == [eta]             # a speedup cell replaces speedup cells only
+    prior = write("prior.jsonl", "sim", {"vanilla": 20.0, "pld": 8.0}, decisions={"kind": "prior"})
+    other = write("other.jsonl", "sim", {"vanilla": 20.0, "pld": 8.0}, ids=("96", "99"))
+    fitted = write("fitted.jsonl", "sim", {"vanilla": 20.0, "pld": 8.0}, ids=("81", "96"))
+    real_fitted = write("real_fitted.jsonl", "hf", {"vanilla": 20.0, "pld": 8.0}, ids=("81", "96"))
+    for spec, why in ((f"m={s0}:{s1}", "holds simulated points"),
+                      (f"m={real}:{prior}", "not a simulated run decided"),
+                      (f"m={real}:{other}", "ran other prompts"),
+                      (f"m={real_fitted}:{fitted}", "fitted to prompt(s) 81"),
+                      (f"m={real}", "takes TASK=REAL:SIM"), (f"m={real}:{tmp_path / 'no.jsonl'}", "no such file")):
+        with pytest.raises(OuroborosError, match=why.replace("(", r"\(").replace(")", r"\)")):
+            speedup_cells([spec], said.append)

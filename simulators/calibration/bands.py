@@ -8,9 +8,12 @@ Yi-34B/6B paper figures), written to conf/calibration/bands.yaml (read by simula
 - `prior`: the uncalibrated prior (conf/sim/default.yaml, the hardware's estimated overheads) on the same pair and
   tasks, every published figure predicted;
 - `profile_recorded` (with --recorded or --records): a decision profile's block efficiency on real runs it was not
-  fitted to (recorded traces, or a real sweep's odd-position prompts where the profile was fitted on the even ones).
+  fitted to (recorded traces, or a real sweep's odd-position prompts where the profile was fitted on the even ones),
+  and with --speedups its speedups: a real interleaved sweep of held-out prompts against simulated sweeps of the
+  same prompts on a clock calibrated on the machine that ran it (`calibrate clock --records` on other prompts).
 Per strategy and metric, the band is the 80th percentile of |relative error| over the cells (the central 80% of
-errors, symmetric); the cells, their count and the share inside the band (coverage) are stored beside it.
+errors, symmetric; with fewer than 3 cells, the largest); the cells, their count and the share inside the band
+(coverage) are stored beside it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from simulators.profiles import conf_root
 from simulators.trust import BAND_LEVEL
 
 BANDS_PATH = conf_root() / "calibration" / "bands.yaml"
+RECORDS_FROM = ("sweep records", "speedup records")   # cells measured from records files (--keep-records keeps them)
+MIN_QUANTILE_CELLS = 3   # below this many cells a band is the largest |error|, not an interpolated 80th percentile
 
 
 def rel(pred: float, pub: float | None) -> float | None:
@@ -189,6 +194,75 @@ def records_cells(specs: list[str], out=print, by_category: bool = False) -> lis
     return cells
 
 
+def speedup_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
+    """profile_recorded speedups: each `TASK=REAL:SIM[,SIM...]` is a real interleaved sweep's records of prompts no
+    profile was fitted to and simulated sweeps of the same prompts and points (seeds pooled) on a clock calibrated
+    on that machine; one cell per strategy: the modelled speedup over vanilla against the measured one. Everything
+    is read and checked before any cell is made (one line per bad input)."""
+    from ouroboros.sinks import read_lines
+    from simulators.sim_profiles import load_profile
+
+    def points(path: str, flag: str) -> dict[str, dict[str, Any]]:
+        if not os.path.isfile(path):
+            raise OuroborosError(f"--speedups {flag}: no such file {path}")
+        pts = {str(r["label"]): r for r in read_lines(path) if r.get("totals") and "point_id" in r}
+        if "vanilla" not in pts:
+            raise OuroborosError(f"--speedups {flag}: {path} holds no vanilla point to divide by (sweep=compare)")
+        return pts
+
+    def speedup(runs: list[dict[str, dict[str, Any]]], label: str) -> float:
+        def tps(lb: str) -> float:
+            return sum(r[lb]["totals"]["new_tokens"] for r in runs) / sum(r[lb]["totals"]["elapsed_s"] for r in runs)
+        return tps(label) / tps("vanilla")
+
+    cells = []
+    for spec in specs:
+        task, _, rest = spec.partition("=")
+        real_path, _, sim_paths = rest.partition(":")
+        if not (task and real_path and sim_paths):
+            raise OuroborosError(f"--speedups takes TASK=REAL:SIM[,SIM...], got {spec!r}")
+        real = points(real_path, spec)
+        sims = [points(sp, spec) for sp in sim_paths.split(",")]
+        if any(r.get("backend") == "sim" for r in real.values()):
+            raise OuroborosError(f"--speedups {spec!r}: {real_path} holds simulated points; REAL is a real sweep's")
+        ids = [str(x) for x in (real["vanilla"].get("config") or {}).get("dataset", {}).get("ids") or []]
+        profiles: set[str] = set()
+        for sp, pts in zip(sim_paths.split(","), sims, strict=True):
+            for lb, r in pts.items():
+                d = r.get("decisions") or {}
+                if r.get("backend") != "sim" or d.get("kind") != "profile" or d.get("method") != "recorded":
+                    raise OuroborosError(f"--speedups {spec!r}: {sp} point {lb} is not a simulated run decided by a "
+                                         "profile of recorded decisions")
+                if sorted(str(x) for x in (r.get("config") or {}).get("dataset", {}).get("ids") or []) != sorted(ids) \
+                        or r.get("max_new_tokens") != real[lb if lb in real else "vanilla"].get("max_new_tokens"):
+                    raise OuroborosError(f"--speedups {spec!r}: {sp} point {lb} ran other prompts or another "
+                                         "max_new_tokens than the real sweep")
+                profiles |= {str(d.get("name")), *(str(v) for v in (d.get("by_category") or {}).values())}
+        if not ids:
+            raise OuroborosError(f"--speedups {spec!r}: the real sweep names no dataset.ids (held-out prompts must be "
+                                 "named)")
+        for name in sorted(profiles):
+            fitted = set(((load_profile(name).get("fit") or {}).get("inputs") or {}).get("fit_prompt_ids") or [])
+            if fitted & set(ids):
+                raise OuroborosError(f"--speedups {spec!r}: {name} was fitted to prompt(s) "
+                                     f"{', '.join(sorted(fitted & set(ids)))}, so they are not held out")
+        label = next(iter(sims[0].values()))["decisions"].get("label") or ", ".join(sorted(profiles))
+        hw = sorted({str((r.get("hardware") or {}).get("name")) for pts in sims for r in pts.values()})
+        for lb, r in real.items():
+            if lb == "vanilla" or not all(lb in pts for pts in sims):
+                continue
+            got, want = speedup(sims, lb), speedup([real], lb)
+            e = rel(got, want)
+            out(f"  {label} on {task} {ids[0]}..{ids[-1]} ({len(ids)} prompts), hardware {', '.join(hw)}: {lb} "
+                f"speedup real {want:.2f}x, modelled {got:.2f}x ({e:+.1%})")
+            if e is not None:
+                cells.append({"source": "profile_recorded", "task": f"{task} ({ids[0]}..{ids[-1]})",
+                              "strategy": str(r.get("strategy") or lb), "metric": "speedup", "error": round(e, 4),
+                              "run": lb, "prompts": ids, "profile": label, "hardware": hw,
+                              "from": "speedup records"})
+    return cells
+
+
 def kept_cells(path: Path, traces: bool = True, records: bool = False) -> list[dict[str, Any]]:
     """The profile_recorded cells of a bands file that came from recorded traces (`traces`) and / or from sweep
     records (`records`: sweeps whose records files are no longer at hand), each saying which measurement it was kept
@@ -201,16 +275,17 @@ def kept_cells(path: Path, traces: bool = True, records: bool = False) -> list[d
     src = doc.get("profile_recorded") or {}
     where = src.get("kept_from") or f"{src.get('command')} at {src.get('commit')}"
     return [{**c, "kept_from": c.get("kept_from") or where} for c in src.get("cells") or []
-            if (records if c.get("from") == "sweep records" else traces)]
+            if (records if c.get("from") in RECORDS_FROM else traces)]
 
 
 def replaced(kept: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The kept cells a new measurement does not take over: a new cell of the same strategy holding any of a kept
-    cell's prompts replaces it (the same prompts measured again, in the same groups or in others)."""
-    again: dict[str, set[str]] = {}
+    """The kept cells a new measurement does not take over: a new cell of the same strategy and metric holding any of
+    a kept cell's prompts replaces it (the same prompts measured again, in the same groups or in others)."""
+    again: dict[tuple[str, str], set[str]] = {}
     for c in new:
-        again.setdefault(c["strategy"], set()).update(c.get("prompts") or ())
-    return [c for c in kept if not c.get("prompts") or not again.get(c["strategy"], set()) & set(c["prompts"])]
+        again.setdefault((c["strategy"], c["metric"]), set()).update(c.get("prompts") or ())
+    return [c for c in kept if not c.get("prompts")
+            or not again.get((c["strategy"], c["metric"]), set()) & set(c["prompts"])]
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -233,7 +308,9 @@ def summarise(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 continue
             if not errs:
                 continue
-            b = quantile([abs(e) for e in errs], BAND_LEVEL)
+            # too few cells for a central 80% to mean anything: the largest error (never narrower than measured)
+            b = quantile([abs(e) for e in errs], BAND_LEVEL) if len(errs) >= MIN_QUANTILE_CELLS else \
+                max(abs(e) for e in errs)
             entry[metric] = round(b, 4)
             entry.setdefault("cells", {})[metric] = len(errs)
             entry.setdefault("coverage", {})[metric] = round(sum(abs(e) <= b + 1e-12 for e in errs) / len(errs), 3)
@@ -253,6 +330,10 @@ def add_args(ap) -> None:
                     help="or a real sweep's records file whose even-position prompts PROFILE was fitted to "
                          "(`calibrate decisions --records`; repeatable): its odd-position prompts give the "
                          "profile_recorded band")
+    ap.add_argument("--speedups", action="append", default=[], metavar="TASK=REAL:SIM[,SIM...]",
+                    help="a real interleaved sweep's records of held-out prompts and simulated sweeps of the same "
+                         "prompts and points (seeds, pooled) on a clock calibrated on that machine (repeatable): "
+                         "the profile_recorded speedup band")
     ap.add_argument("--by-category", action="store_true",
                     help="--records: decide each prompt by its category's profile where the model YAML names one "
                          "for the task (sim_category_profiles), as a run on PROFILE does")
@@ -273,16 +354,19 @@ def main(a: Any, out=print) -> int:
     path = Path(a.out) if a.out else BANDS_PATH
     keep = (getattr(a, "keep_recorded", False), getattr(a, "keep_records", False))
     kept = kept_cells(path, *keep) if any(keep) else []   # before any work: a bad path is one line
+    speedups = speedup_cells(a.speedups, out) if getattr(a, "speedups", None) else []   # read and checked first
     out("measuring the bands on the Yi-34B/6B paper figures (conf/calibration/yi34b_6b_a800x2.yaml):")
     loto = loto_cells(a.prompts, a.seed, out)
     prior = prior_cells(a.prompts, a.seed, out)
     recorded = (recorded_cells(a.recorded, out) if a.recorded else []) + \
-        (records_cells(a.records, out, getattr(a, "by_category", False)) if a.records else [])
+        (records_cells(a.records, out, getattr(a, "by_category", False)) if a.records else []) + speedups
     kept = replaced(kept, recorded)
     recorded += kept
     cmd = f"python -m simulators calibrate bands --prompts {a.prompts} --seed {a.seed}" + "".join(
         f" --recorded {spec.split('=', 1)[0]}=<recorded runs>:{spec.rpartition(':')[2]}" for spec in a.recorded) + \
         "".join(f" --records {spec.split('=', 1)[0]}=<sweep records>:{spec.rpartition(':')[2]}" for spec in a.records)
+    cmd += "".join(f" --speedups {spec.split('=', 1)[0]}=<real sweep records>:<simulated sweeps' records>"
+                   for spec in getattr(a, "speedups", None) or [])
     if getattr(a, "by_category", False):
         cmd += " --by-category"
     cmd += "".join(flag for flag, on in zip((" --keep-recorded", " --keep-records"), keep, strict=True)
@@ -290,8 +374,11 @@ def main(a: Any, out=print) -> int:
     held = [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]}" for sp in a.recorded]
     held += [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]} (a real sweep's odd-position prompts)"
              for sp in a.records]
-    traced = [c for c in kept if c.get("from") != "sweep records"]
-    swept = [c for c in kept if c.get("from") == "sweep records"]
+    held += [f"{sp.split('=', 1)[0]}: a real interleaved sweep of held-out prompts against simulated sweeps of them "
+             "(seeds pooled) on a clock fitted to other prompts' recordings on the same machine (calibrate clock "
+             "--records)" for sp in getattr(a, "speedups", None) or []]
+    traced = [c for c in kept if c.get("from") not in RECORDS_FROM]
+    swept = [c for c in kept if c.get("from") in RECORDS_FROM]
     if traced:
         held.append(f"the traced cells of {traced[0]['kept_from']}, kept")
     for where in dict.fromkeys(c["kept_from"] for c in swept):
@@ -299,7 +386,12 @@ def main(a: Any, out=print) -> int:
     parts = (["traces kept in the cache, not in git; one cell per recording process of 4 prompts"]
              if a.recorded or traced else []) + (
         ["sweep records not in git; one cell per sweep of a point, its odd-position prompts"]
-        if a.records or swept else [])
+        if a.records or any(c.get("from") == "sweep records" for c in swept) else [])
+    timed = [c for c in recorded if c["metric"] == "speedup"]
+    machines = ", ".join(sorted({h for c in timed for h in c.get("hardware") or []}))
+    clock_note = (f"); speedup cells only where a held-out sweep was simulated on a clock calibrated on the machine "
+                  f"that ran it ({machines}); block efficiency otherwise" if timed
+                  else "); block efficiency only, the clock is not part of it")
     sources = "; ".join(parts)
     doc = {
         "level": BAND_LEVEL,
@@ -316,7 +408,7 @@ def main(a: Any, out=print) -> int:
         "profile_recorded": {
             "what": "a profile fitted to the pair's recorded real decisions (calibrate decisions)",
             "held_out": ("real runs of prompts no profile was fitted to (" + "; ".join(held) + "; " + sources
-                         + "); block efficiency only, the clock is not part of it"
+                         + clock_note
                          if recorded else "not measured: needs recorded real runs of held-out prompts "
                          "(python -m simulators check clock); python -m simulators check decisions reports their "
                          "errors"),
@@ -337,13 +429,15 @@ def main(a: Any, out=print) -> int:
 
 
 def band_table(doc: dict[str, Any]) -> str:
-    lines = [f"{'source':<18}{'strategy':<13}{'eta':>8}{'tok/s':>8}{'speedup':>9}{'cells':>7}{'coverage':>10}"]
+    lines = [f"{'source':<18}{'strategy':<13}{'eta':>8}{'tok/s':>8}{'speedup':>9}{'cells (eta/tok/s/spd)':>22}"
+             f"{'coverage':>10}"]
     for src in ("profile_measured", "prior", "profile_recorded"):
         for m, e in (doc[src].get("strategies") or {}).items():
             def f(k: str, e: dict[str, Any] = e) -> str:
                 return "-" if e.get(k) is None else f"±{e[k]:.0%}"
-            n = max((e.get("cells") or {}).values(), default=0)
+            n = "/".join(str((e.get("cells") or {}).get(k, "-")) for k in ("block_efficiency", "tokens_per_s",
+                                                                         "speedup"))
             cov = min((e.get("coverage") or {}).values(), default=None)
-            lines.append(f"{src:<18}{m:<13}{f('block_efficiency'):>8}{f('tokens_per_s'):>8}{f('speedup'):>9}{n:>7}"
+            lines.append(f"{src:<18}{m:<13}{f('block_efficiency'):>8}{f('tokens_per_s'):>8}{f('speedup'):>9}{n:>22}"
                          f"{'-' if cov is None else f'{cov:.0%}':>10}")
     return "\n".join(lines)

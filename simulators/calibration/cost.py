@@ -333,6 +333,8 @@ def fit_records(a) -> int:
               f"steps; its isolated fit stays (a refit needs >= {MIN_FIT_POINTS}: record a draft-model strategy of "
               "several draft widths, e.g. speculative, cascade, ouroboros)")
     doc["costs"] = costs
+    if getattr(a, "hardware_name", None):
+        doc["name"] = a.hardware_name
     dump_profile(a.out, doc)
     print(f"profile written to {a.out}")
     return 0
@@ -448,7 +450,8 @@ def add_args(ap) -> None:
     ap.add_argument("--attention", choices=["eager", "sdpa"], default=None,
                     help="--weights random: transformers' attention implementation (default: transformers' own)")
     ap.add_argument("--out", default=str(conf_root() / "hardware" / "cpu_local.yaml"))
-    ap.add_argument("--hardware-name", default="cpu_local")
+    ap.add_argument("--hardware-name", default=None,
+                    help="the profile's name (default cpu_local; with --records, the profile's own unless given)")
     ap.add_argument("--records", action="append", default=[], metavar="R.jsonl",
                     help="refit the target's model in --out to the loop's own forwards in a real sweep's records "
                          "(repeatable; nothing is timed; module doc)")
@@ -513,7 +516,7 @@ def main(a) -> int:
         print(report(nm, pts, cm, rep))
         print(f"{nm}: LM head {cm.head_s_per_row * 1e3:.3f} ms per logits row (a prefill keeps one row)")
         costs[nm] = cm
-    write_profile(a.out, a.hardware_name, costs, a.threads,
+    write_profile(a.out, a.hardware_name or "cpu_local", costs, a.threads,
                   f"{a.dtype}, {a.weights} weights" + (f", {a.attention} attention" if a.attention else "")
                   + "".join(f", model.{kv}" for kv in getattr(a, "set", None) or [])
                   + f", {'tree' if a.tree else 'chain'} forwards, ks {a.ks}, ctxs {a.ctxs}, "
