@@ -116,7 +116,7 @@ def sampled_text(run: RunConfig) -> str:
 def sim_decisions(run: RunConfig) -> dict[str, Any]:
     """A simulated record's `decisions`: where its tokens come from and its strategy's measured error band; a REST
     point on the simulator's stand-in datastore says so (`rest_datastore`)."""
-    out = registry.part("sim", "decisions")(run.sim, run.strategy.name, run.dataset)
+    out = registry.part("sim", "decisions")(run.sim, run.strategy.name, run.dataset, run.hardware)
     if stand_in(run):
         out["rest_datastore"] = registry.part("sim", "rest_stand_in")(run.sim, run.model).record(run.sim)
     return dict(out)

@@ -201,10 +201,21 @@ def band_for(source: dict[str, Any], strategy: str) -> dict[str, Any] | None:
             "measured_by": f"{entry.get('command')} ({entry.get('held_out')})"}
 
 
-def record_decisions(sim: dict[str, Any], strategy: str, dataset: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The `decisions` block of a simulated record: the source and the band of this strategy's numbers."""
+def record_decisions(sim: dict[str, Any], strategy: str, dataset: dict[str, Any] | None = None,
+                     hardware: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The `decisions` block of a simulated record: the source and the band of this strategy's numbers. A recorded
+    profile's speedup band was measured on a clock fitted to the loop's own forwards on the machine that ran the
+    held-out sweeps (`calibrate clock --records`); on any other clock it is not shown (`?`)."""
     src = decision_source(sim, dataset)
-    return {**src, "label": source_label(src), "band": band_for(src, strategy)}
+    band = band_for(src, strategy)
+    if band and band_key(src) == "profile_recorded" and strategy != "vanilla" and not records_clock(hardware):
+        band = {**band, "speedup": None, "tokens_per_s": None}
+    return {**src, "label": source_label(src), "band": band}
+
+
+def records_clock(hardware: dict[str, Any] | None) -> bool:
+    """Whether a hardware profile's clock was fitted to a real loop's own forwards (`calibrate clock --records`)."""
+    return "refitted by calibrate clock --records" in str((hardware or {}).get("source") or "")
 
 
 def source_label(src: dict[str, Any]) -> str:

@@ -350,3 +350,18 @@ def test_speedup_cells_score_a_held_out_sweep_against_its_simulated_sweeps(tmp_p
                       (f"m={real}", "takes TASK=REAL:SIM"), (f"m={real}:{tmp_path / 'no.jsonl'}", "no such file")):
         with pytest.raises(OuroborosError, match=why.replace("(", r"\(").replace(")", r"\)")):
             speedup_cells([spec], said.append)
+
+
+def test_a_recorded_profiles_speedup_band_is_shown_only_on_a_clock_fitted_to_the_loops_forwards():
+    """The recorded profiles' speedup cells were measured on a clock fitted by `calibrate clock --records` on the
+    machine that ran the held-out sweeps: on any other clock (a spec sheet, an isolated calibration) the speedup band
+    is `?`, the eta band stays."""
+    run, _ = composed("model=qwen_coder", "backend=sim", "dataset=humaneval", "hardware=h100", "strategy=pld")
+    stored = trust.bands()["profile_recorded"]["strategies"]["pld"]
+    other = trust.record_decisions(run.sim, "pld", run.dataset, run.hardware)
+    fitted = trust.record_decisions(run.sim, "pld", run.dataset, {
+        **run.hardware, "source": "timed; Qwen2.5-Coder-1.5B-Instruct refitted by calibrate clock --records to the "
+                                  "loop's forwards (4064 steps, 118 points; its LM-head row kept)"})
+    assert other["kind"] == fitted["kind"] == "profile" and other["method"] == "recorded"
+    assert other["band"]["speedup"] is None and other["band"]["block_efficiency"] == stored["block_efficiency"]
+    assert fitted["band"]["speedup"] == stored["speedup"] > 0

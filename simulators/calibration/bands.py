@@ -281,11 +281,11 @@ def kept_cells(path: Path, traces: bool = True, records: bool = False) -> list[d
 def replaced(kept: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The kept cells a new measurement does not take over: a new cell of the same strategy and metric holding any of
     a kept cell's prompts replaces it (the same prompts measured again, in the same groups or in others)."""
-    again: dict[tuple[str, str], set[str]] = {}
+    again: dict[tuple[str, str | None], set[str]] = {}
     for c in new:
-        again.setdefault((c["strategy"], c["metric"]), set()).update(c.get("prompts") or ())
+        again.setdefault((c["strategy"], c.get("metric")), set()).update(c.get("prompts") or ())
     return [c for c in kept if not c.get("prompts")
-            or not again.get((c["strategy"], c["metric"]), set()) & set(c["prompts"])]
+            or not again.get((c["strategy"], c.get("metric")), set()) & set(c["prompts"])]
 
 
 def quantile(xs: list[float], q: float) -> float:
