@@ -339,6 +339,11 @@ def test_speedup_cells_score_a_held_out_sweep_against_its_simulated_sweeps(tmp_p
     assert "pld speedup real 2.00x, modelled 2.50x (+25.0%)" in said[1]
     eta = {"strategy": "pld", "metric": "block_efficiency", "prompts": ["96"], "error": 0.1}
     assert replaced([eta], cells) == [eta]             # a speedup cell replaces speedup cells only
+    assert "held_out_unchecked" not in cells[0]           # qwen_coder_mtbench_open lists its fit prompts
+    bare = write("bare.jsonl", "sim", {"vanilla": 20.0, "pld": 8.0}, decisions={
+        "kind": "profile", "method": "recorded", "label": "profile q", "name": "qwen_coder_gsm8k"})
+    cells = speedup_cells([f"gsm8k={real}:{bare}"], said.append)
+    assert cells[0]["held_out_unchecked"] == ["qwen_coder_gsm8k"] and "is not checked here" in said[-2]
     prior = write("prior.jsonl", "sim", {"vanilla": 20.0, "pld": 8.0}, decisions={"kind": "prior"})
     other = write("other.jsonl", "sim", {"vanilla": 20.0, "pld": 8.0}, ids=("96", "99"))
     fitted = write("fitted.jsonl", "sim", {"vanilla": 20.0, "pld": 8.0}, ids=("81", "96"))
