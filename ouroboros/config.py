@@ -395,7 +395,7 @@ def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
         out.append(f"simulating the default hardware={hw.get('name')} ({devices} device(s), placement {placement}); "
                    "pick one with hardware=<a100|a800x2|h100|h200>")
     if run.backend_kind == "sim":
-        out += registry.part("sim", "notes")(run.sim, run.model, run.dataset, keys)
+        out += registry.part("sim", "notes")(run.sim, run.model, run.dataset, keys, run.hardware)
         if needs_stand_in(run.strategy.name, run.strategy.params):
             out.append(registry.part("sim", "rest_stand_in")(run.sim, run.model).note(run.sim))
     return out

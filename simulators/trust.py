@@ -229,9 +229,11 @@ def source_label(src: dict[str, Any]) -> str:
     return src["kind"]
 
 
-def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any], typed: set[str]) -> list[str]:
-    """The `note:` lines a simulated run prints about its decisions: the profile picked for it, or that it runs on
-    the prior and how to calibrate."""
+def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any], typed: set[str],
+                 hardware: dict[str, Any] | None = None) -> list[str]:
+    """The `note:` lines a simulated run prints about its decisions: the profile picked for it (and, for a recorded
+    profile on a clock not fitted to the loop's forwards, why its speedups have no band), or that it runs on the
+    prior and how to calibrate."""
     src = decision_source(sim, dataset)
     task = dataset_task(dataset)
     pair = pair_name(model)
@@ -257,6 +259,12 @@ def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, 
             notes.append(f"decisions: {src['name']} was fitted on prompts rendered otherwise ({diff}), so no "
                          f"measured band holds here: the real pair's block efficiency can differ several-fold between "
                          f"prompt formats (docs/results.md); set dataset.template='{{prompt}}' to match the profile")
+        elif hardware and band_key(src) == "profile_recorded" and not records_clock(hardware) and any(
+                e.get("speedup") for m, e in ((bands().get("profile_recorded") or {}).get("strategies") or {}).items()
+                if m != "vanilla"):
+            notes.append(f"decisions: {src['name']}'s speedup band was measured on a clock fitted to a real loop's "
+                         f"forwards (`python -m simulators calibrate clock --records`); hardware="
+                         f"{hardware.get('name')} is not, so speedups show `?` (the eta band holds)")
         return notes
     if src["kind"] != "prior":
         return [f"decisions: {source_label(src)} ({src['fitted_to']})"]

@@ -55,7 +55,7 @@ def test_the_pairs_profile_for_the_task_is_used_by_default_with_a_note():
         run, notes = composed("model=qwen_coder", "backend=sim", "dataset=humaneval", "hardware=h100", *extra)
         assert run.sim["profile"] == name
         assert run.sim["alpha_easy"] == yaml.safe_load((ROOT / f"conf/sim/{name}.yaml").read_text())["alpha_easy"]
-        [note] = [n for n in notes if n.startswith("decisions:")]   # the profile; its prompts were rendered so too
+        [note] = [n for n in notes if n.startswith("decisions: profile")]   # its prompts were rendered so too
         assert f"profile {name} picked for humaneval" in note and "recorded real runs" in note
         assert "sim=default opts out" in note
 
@@ -370,3 +370,7 @@ def test_a_recorded_profiles_speedup_band_is_shown_only_on_a_clock_fitted_to_the
     assert other["kind"] == fitted["kind"] == "profile" and other["method"] == "recorded"
     assert other["band"]["speedup"] is None and other["band"]["block_efficiency"] == stored["block_efficiency"]
     assert fitted["band"]["speedup"] == stored["speedup"] > 0
+    said = trust.source_notes(run.sim, run.model, run.dataset, set(), run.hardware)
+    assert any("speedup band was measured on a clock fitted" in n and "hardware=h100 is not" in n for n in said)
+    assert not any("speedup band" in n for n in trust.source_notes(run.sim, run.model, run.dataset, set(), {
+        **run.hardware, "source": "x refitted by calibrate clock --records to the loop's forwards"}))
