@@ -13,6 +13,7 @@ check (compares predictions with measurements; writes no profile):
   paper, sensitivity, copy-rate, closed-form   against published figures and closed forms (checks/paper.py)
   decisions   real vs simulated decision statistics on held-out prompts (checks/decisions.py)
   clock       record real runs, replay them on the simulator: real vs modelled time (checks/clock.py)
+  spread      how far k prompts' real eta strays from all recorded ones: the floor under checks (checks/spread.py)
 trace        a real run's outputs as a replay trace: pld, suffix, REST replay exactly at any settings (trace_outputs.py)
 bench {speed,grid}     how fast the simulator itself runs (bench.py)
 write-options [--check]  conf/sim/default.yaml and docs/simulator.md's options table from SimConfig (write_options.py)
@@ -29,7 +30,7 @@ from ouroboros.backends.base import cli
 from simulators import bench, trace_outputs, write_options
 from simulators.calibration import bands, cost, measured, prior, proposers
 from simulators.calibration import decisions as fit_decisions
-from simulators.checks import clock, paper
+from simulators.checks import clock, paper, spread
 from simulators.checks import decisions as check_decisions
 
 # (job, what it does, add its flags, run it); the module's docstring is the job's --help description
@@ -52,6 +53,7 @@ CHECK = (
     ("decisions", "real vs simulated decision statistics, held-out prompts", check_decisions.add_args,
      check_decisions.main),
     ("clock", "real vs modelled time of recorded runs", clock.add_args, clock.main),
+    ("spread", "how far k prompts' real eta strays from the task's", spread.add_args, spread.main),
 )
 
 

@@ -1,0 +1,125 @@
+"""`python -m simulators check spread`: how far the real eta of a few prompts strays from the task's own.
+
+A per-task prediction (a profile, a prior, a published figure) names one block efficiency for a task; a check of
+it runs a handful of prompts. How far those prompts' real eta can be from the task's, with the simulator not
+involved at all, is the floor under every such check: a held-out error on k prompts smaller than this spread is
+luck, and a target ("within 10% on 8 prompts") tighter than it cannot be met by any per-task prediction.
+
+From real sweep records (one or several files; the same strategy and parameters over several files pool their
+prompts, a prompt measured twice counts once, its last line), per point: the pooled eta of all N recorded prompts
+(tokens / target forwards), its per-prompt range, and for each k of `--prompts` with 2k <= N the 80% quantile
+and the median of |eta(k prompts) / eta(all N) - 1| over `--draws` random k-prompt subsets (seeded).
+
+    python -m simulators check spread --records he_fit.jsonl --records he10.jsonl --dataset humaneval --prompts 4,8
+
+Reads records only (no tokenizer, no weights). Not a test: spreads are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from ouroboros.backends.base import OuroborosError
+
+LEVEL = 0.8   # the quantile reported, as the bands' central 80%
+
+
+def add_args(ap) -> None:
+    ap.add_argument("--records", action="append", required=True, metavar="R.jsonl",
+                    help="a real sweep's records file (repeatable; the same point over several files pools prompts)")
+    ap.add_argument("--dataset", default=None, help="the dataset kind whose points to read (needed where a file "
+                    "holds several)")
+    ap.add_argument("--model", default="qwen_coder", help="the pair (conf/model) the records must be of")
+    ap.add_argument("--prompts", default="4,8", help="subset sizes k, comma-separated (each >= 1)")
+    ap.add_argument("--draws", type=int, default=4000, help="random k-prompt subsets per point and k (>= 100)")
+    ap.add_argument("--seed", type=int, default=0, help="the subsets' random seed")
+
+
+def parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise OuroborosError(f"--prompts {text!r}: comma-separated whole numbers, e.g. 4,8") from None
+    if not sizes or min(sizes) < 1:
+        raise OuroborosError(f"--prompts {text!r}: each size must be >= 1")
+    return sorted(set(sizes))
+
+
+def per_prompt(paths: list[str], model: str, dataset: str | None) -> dict[str, dict[str, tuple[int, int]]]:
+    """point name -> prompt id -> (new tokens, target forwards), from every real greedy point of the files
+    (vanilla included: its eta is 1, a check that the records are what they say). A point is its label and
+    parameters: one label with other parameters in another file is another point, named `label [2]`."""
+    from ouroboros.sinks import RecordFile
+    from simulators.decisions import real_points
+
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    names: dict[tuple[str, str], str] = {}
+    for path in paths:
+        chosen = real_points(path, model, dataset, lambda r: not r["strategy"].startswith("hf_"),
+                             "of a decoding strategy", " (hf_* peers do not count)")
+        latest = {rec["point_id"]: rec for rec in chosen}
+        for pid, rec in latest.items():
+            ident = (rec["label"], json.dumps([rec["strategy"], rec.get("params") or {}], sort_keys=True))
+            if ident not in names:
+                same = sum(label == rec["label"] for label, _ in names)
+                names[ident] = rec["label"] + (f" [{same + 1}]" if same else "")
+            key = names[ident]
+            for prompt_id, line in RecordFile(path).finished_prompts(pid).items():
+                steps = line.get("steps") or []
+                if steps:
+                    out.setdefault(key, {})[prompt_id] = (sum(int(s["new_tokens"]) for s in steps), len(steps))
+    return out
+
+
+def spread(prompts: dict[str, tuple[int, int]], k: int, draws: int, rng: random.Random) -> tuple[float, float]:
+    """(80% quantile, median) of |eta(k random prompts) / eta(all) - 1| over `draws` subsets (pooled etas)."""
+    ids = sorted(prompts)
+    whole = sum(t for t, _ in prompts.values()) / sum(n for _, n in prompts.values())
+    devs = []
+    for _ in range(draws):
+        sub = rng.sample(ids, k)
+        eta = sum(prompts[i][0] for i in sub) / sum(prompts[i][1] for i in sub)
+        devs.append(abs(eta / whole - 1))
+    devs.sort()
+    return devs[min(len(devs) - 1, int(LEVEL * len(devs)))], devs[len(devs) // 2]
+
+
+def cell(got: tuple[float, float] | None) -> str:
+    return "-" if got is None else f"{100 * got[0]:.1f}% / {100 * got[1]:.1f}%"
+
+
+def report(paths: list[str], model: str, dataset: str | None, sizes: list[int], draws: int, seed: int,
+           out=print) -> dict[str, dict[int, tuple[float, float]]]:
+    points = per_prompt(paths, model, dataset)
+    if not points:
+        raise OuroborosError("--records: no prompt of a real point has recorded steps")
+    rng = random.Random(seed)
+    heads = "".join(f"{'k=' + str(k) + ' 80% / median':>22}" for k in sizes)
+    out(f"real eta of k prompts against all N recorded ones ({', '.join(paths)}; {draws} random subsets each): "
+        f"no per-task prediction is closer on k prompts than this, 80% of the time")
+    out(f"{'point':<44}{'N':>4}{'eta':>7}{'per prompt':>14}{heads}")
+    got: dict[str, dict[int, tuple[float, float]]] = {}
+    for key in sorted(points):
+        ps = points[key]
+        etas = sorted(t / n for t, n in ps.values())
+        whole = sum(t for t, _ in ps.values()) / sum(n for _, n in ps.values())
+        got[key] = {k: spread(ps, k, draws, rng) for k in sizes if 2 * k <= len(ps)}
+        cells = "".join(f"{cell(got[key].get(k)):>22}" for k in sizes)
+        out(f"{key[:43]:<44}{len(ps):>4}{whole:>7.2f}{f'{etas[0]:.2f}-{etas[-1]:.2f}':>14}{cells}")
+    out("-: fewer than 2k prompts recorded")
+    return got
+
+
+def main(args: Any) -> int:
+    import os
+
+    for path in args.records:
+        if not os.path.isfile(path):
+            raise OuroborosError(f"--records {path!r}: no such file")
+    if args.draws < 100:
+        raise OuroborosError(f"--draws {args.draws}: at least 100 subsets")
+    sizes = parse_sizes(args.prompts)
+    report(args.records, args.model, args.dataset, sizes, args.draws, args.seed)
+    return 0
