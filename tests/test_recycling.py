@@ -23,7 +23,11 @@ def test_golden_fill():
 
 def test_missing_rows_drop_their_subtree_and_depth_cuts():
     m = {5: [6], 7: [9]}
-    assert fill_template(m, 5, [(0,), (1,), (0, 0), (1, 0)], 8) == ([6], [-1])  # no [1]; 6 has no row
+    rows = [0, 0]
+    assert fill_template(m, 5, [(0,), (1,), (0, 0), (1, 0)], 8, rows) == ([6], [-1])  # no [1]; 6 has no row
+    assert rows == [3, 1]   # [0] found; [1] past the root's row; [0, 0] under 6, which has none; [1, 0] not looked up
+    fill_template({5: [6, 7], 6: [8]}, 9, [(0,), (1,), (0, 0)], 8, rows)
+    assert rows == [5, 1]   # root 9 has no row: both children looked up and missed, [0, 0] never reached
     assert fill_template({}, 5, list(PAPER_TREE), 8) == ([], [])                 # empty matrix: empty draft
     assert fill_template({5: [5]}, 5, [(0,), (0, 0), (0, 0, 0)], 2) == ([5, 5], [-1, 0])
 

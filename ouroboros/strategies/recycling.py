@@ -5,7 +5,8 @@ An adjacency matrix M keeps, for each token x, the k tokens the target ranked hi
 position right after x (M[x] = argtopk of that row's logits). Each step, a static tree template is filled from M
 breadth first, rooted at the last committed token: the template node [i] is M[root][i], the node [i, j] is
 M[M[root][i]][j], and so on (source "matrix"); a node whose row is empty or shorter than its index is dropped with
-its subtree, so an empty matrix gives an empty draft. After verification every scored row updates M: the row after
+its subtree, so an empty matrix gives an empty draft (`row:hit_rate` in its stats: the share of nodes kept of those
+whose parent was in the tree). After verification every scored row updates M: the row after
 the last committed token (the tree's root) and the row after each draft node (duplicates: the last one wins; the
 paper merges them in parallel, which it leaves undefined, and found the last occurrence as good).
 
@@ -102,10 +103,13 @@ def widths_template(widths: list[int]) -> list[tuple[int, ...]]:
 
 
 def fill_template(matrix: dict[int, list[int]], root: int, template: list[tuple[int, ...]],
-                  max_depth: int) -> tuple[list[int], list[int]]:
+                  max_depth: int, rows: list[int] | None = None) -> tuple[list[int], list[int]]:
     """(tokens, parents) of the draft tree the template gives from `matrix` under `root` (parents precede children;
-    -1 = the root), keeping nodes at depth < max_depth whose parent row has their index."""
+    -1 = the root), keeping nodes at depth < max_depth whose parent row has their index. `rows` ([looked up,
+    found]): for every node whose parent is in the tree, whether the parent token's row holds its index (what
+    makes a tree narrower than its template) is counted into it."""
     index: dict[tuple[int, ...], int] = {}
+    looked = found = 0
     tokens: list[int] = []
     parents: list[int] = []
     for path in template:
@@ -119,11 +123,16 @@ def fill_template(matrix: dict[int, list[int]], root: int, template: list[tuple[
                 continue                             # its parent was dropped
             ptok = tokens[parent]
         row = matrix.get(ptok)
+        looked += 1
         if row is None or path[-1] >= len(row):
             continue
+        found += 1
         index[path] = len(tokens)
         tokens.append(row[path[-1]])
         parents.append(parent)
+    if rows is not None:
+        rows[0] += looked
+        rows[1] += found
     return tokens, parents
 
 
@@ -150,9 +159,11 @@ class RecyclingProposer(ModelFreeProposer):
         self._root = -1
         self._draft = Draft()
         self._use = PoolUse()
+        self._rows = [0, 0]   # template nodes whose parent was in the tree: [looked up a row, found it]
 
     def begin(self, prompt: list[int]) -> None:
         self._use = PoolUse(proposed=Counter({SOURCE: 0}), accepted=Counter({SOURCE: 0}))
+        self._rows = [0, 0]
         if not self.cfg.keep_history:
             self.matrix.clear()
 
@@ -162,7 +173,7 @@ class RecyclingProposer(ModelFreeProposer):
         self._draft = Draft()
         if depth <= 0:
             return self._draft
-        tokens, parents = fill_template(self.matrix, self._root, self.template, depth)
+        tokens, parents = fill_template(self.matrix, self._root, self.template, depth, self._rows)
         self._use.lookups += 1
         if tokens:
             self._use.hits += 1
@@ -185,4 +196,7 @@ class RecyclingProposer(ModelFreeProposer):
                 m[key] = [pred, *(t for t in m.get(key, ()) if t != pred)][:k]
 
     def stats(self) -> dict[str, float]:
-        return {**self._use.flat(), "matrix_rows": len(self.matrix)}
+        # row:hit_rate (metrics.pool_rates): the share of template nodes under a node in the tree whose parent
+        # token had a row holding their index; the rest drop with their subtrees
+        return {**self._use.flat(), "matrix_rows": len(self.matrix), "row:lookups": self._rows[0],
+                "row:hits": self._rows[1]}
