@@ -73,10 +73,14 @@ def per_prompt(paths: list[str], model: str, dataset: str | None) -> dict[str, d
     return out
 
 
+def pooled_eta(prompts: dict[str, tuple[int, int]]) -> float:
+    return sum(t for t, _ in prompts.values()) / sum(n for _, n in prompts.values())
+
+
 def spread(prompts: dict[str, tuple[int, int]], k: int, draws: int, rng: random.Random) -> tuple[float, float]:
     """(80% quantile, median) of |eta(k random prompts) / eta(all) - 1| over `draws` subsets (pooled etas)."""
     ids = sorted(prompts)
-    whole = sum(t for t, _ in prompts.values()) / sum(n for _, n in prompts.values())
+    whole = pooled_eta(prompts)
     devs = []
     for _ in range(draws):
         sub = rng.sample(ids, k)
@@ -104,7 +108,7 @@ def report(paths: list[str], model: str, dataset: str | None, sizes: list[int], 
     for key in sorted(points):
         ps = points[key]
         etas = sorted(t / n for t, n in ps.values())
-        whole = sum(t for t, _ in ps.values()) / sum(n for _, n in ps.values())
+        whole = pooled_eta(ps)
         got[key] = {k: spread(ps, k, draws, rng) for k in sizes if 2 * k <= len(ps)}
         cells = "".join(f"{cell(got[key].get(k)):>22}" for k in sizes)
         out(f"{key[:43]:<44}{len(ps):>4}{whole:>7.2f}{f'{etas[0]:.2f}-{etas[-1]:.2f}':>14}{cells}")
