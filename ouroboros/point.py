@@ -100,7 +100,9 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
         speedup=serving_speedup(baseline, result) if baseline is not None else None,
         speedup_specbench=speedup_mean_speed(baseline, result) if baseline is not None else None,
         identical_to_baseline=same, divergences=[dataclasses.asdict(d) for d in diverged], sampled=sampled or None,
-        prompts=prompts, serving=result.serving, decisions=sim_decisions(run) if session.backend == "sim" else None)
+        prompts=prompts, serving=result.serving,
+        decisions=sim_decisions(run, len({p.prompt_id.rsplit("@r", 1)[0] for p in result.prompts}))
+        if session.backend == "sim" else None)
 
 
 def sampled_text(run: RunConfig) -> str:
@@ -113,10 +115,11 @@ def sampled_text(run: RunConfig) -> str:
             "compared with the baseline's")
 
 
-def sim_decisions(run: RunConfig) -> dict[str, Any]:
-    """A simulated record's `decisions`: where its tokens come from and its strategy's measured error band; a REST
-    point on the simulator's stand-in datastore says so (`rest_datastore`)."""
-    out = registry.part("sim", "decisions")(run.sim, run.strategy.name, run.dataset, run.hardware)
+def sim_decisions(run: RunConfig, prompts: int | None = None) -> dict[str, Any]:
+    """A simulated record's `decisions`: where its tokens come from and its strategy's measured error band (on a
+    run of `prompts` prompts: at least how far that many real prompts stray from their task's); a REST point on the
+    simulator's stand-in datastore says so (`rest_datastore`)."""
+    out = registry.part("sim", "decisions")(run.sim, run.strategy.name, run.dataset, run.hardware, prompts)
     if stand_in(run):
         out["rest_datastore"] = registry.part("sim", "rest_stand_in")(run.sim, run.model).record(run.sim)
     return dict(out)

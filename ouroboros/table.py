@@ -51,10 +51,14 @@ def settings_lines(records: list[Record]) -> list[str]:
         lines.append("decisions (simulated points): " + one(lambda r: decisions_text(r) if r.decisions else "real"))
         measured = list(dict.fromkeys(b["measured_by"].split(" --")[0] + f", commit {b['commit']}" for r in sims
                                       if (b := (r.decisions or {}).get("band"))))
+        floored = sorted({(f["task"], f["prompts"]) for r in sims
+                          if (f := ((r.decisions or {}).get("band") or {}).get("prompt_floor"))})
+        widened = ("; widened to how far the real figures of this many prompts stray from their task's where that is "
+                   "wider (" + ", ".join(f"{t}, {n} prompt{'s' if n > 1 else ''}" for t, n in floored)
+                   + "; python -m simulators calibrate floor)") if floored else ""
         lines.append("±: the central 80% of the errors measured for this source and strategy (the largest where "
-                     "fewer than 3)" + (f" ({'; '.join(measured)})" if measured else "") + "; ?: not measured. rank: "
-                     "by speedup, "
-                     "'=' where bands overlap (a tie, not an order)")
+                     "fewer than 3)" + (f" ({'; '.join(measured)})" if measured else "") + widened
+                     + "; ?: not measured. rank: by speedup, '=' where bands overlap (a tie, not an order)")
     return lines
 
 

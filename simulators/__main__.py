@@ -9,6 +9,8 @@ calibrate (writes profiles):
   decisions   a sim profile fitted to a real pair's recorded decisions (calibration/decisions.py)
   prior       the surrogate target's text prior, fitted to several tasks' recordings (calibration/prior.py)
   bands       the error bands every simulated number is shown with (calibration/bands.py)
+  floor       how far a few real prompts' figures stray from their task's: the least band on N prompts
+              (calibration/floor.py)
 check (compares predictions with measurements; writes no profile):
   paper, sensitivity, copy-rate, closed-form   against published figures and closed forms (checks/paper.py)
   decisions   real vs simulated decision statistics on held-out prompts (checks/decisions.py)
@@ -28,7 +30,7 @@ import sys
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import cli
 from simulators import bench, trace_outputs, write_options
-from simulators.calibration import bands, cost, measured, prior, proposers
+from simulators.calibration import bands, cost, floor, measured, prior, proposers
 from simulators.calibration import decisions as fit_decisions
 from simulators.checks import clock, paper, spread
 from simulators.checks import decisions as check_decisions
@@ -43,6 +45,7 @@ CALIBRATE = (
     ("decisions", "a profile fitted to a real pair's recorded decisions", fit_decisions.add_args, fit_decisions.main),
     ("prior", "the text prior fitted to several tasks' recordings", prior.add_args, prior.main),
     ("bands", "the error bands of every simulated number", bands.add_args, bands.main),
+    ("floor", "the least band of a run of N prompts, from real prompts' spread", floor.add_args, floor.main),
 )
 CHECK = (
     ("paper", "predicted vs published figures of the Ouroboros paper", paper.paper_args, paper.paper_main),

@@ -201,15 +201,58 @@ def band_for(source: dict[str, Any], strategy: str) -> dict[str, Any] | None:
             "measured_by": f"{entry.get('command')} ({entry.get('held_out')})"}
 
 
+@functools.cache
+def prompt_floors() -> dict[str, Any]:
+    """conf/calibration/prompt_floor.yaml ({} when absent): per task and strategy, how far k real prompts' eta,
+    token/s and speedup stray from the task's (`python -m simulators calibrate floor`)."""
+    path = conf_root() / "calibration" / "prompt_floor.yaml"
+    if not path.is_file():
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return dict(yaml.safe_load(f) or {})
+
+
+def floor_for(task: str | None, strategy: str, prompts: int) -> dict[str, tuple[int, float]]:
+    """metric -> (k, floor): the measured floor of `strategy` on `task` at the largest k <= `prompts` (the smallest
+    k measured where `prompts` is below it: a floor at fewer prompts would be wider still); {} when none."""
+    entry = ((prompt_floors().get("tasks") or {}).get(task or "") or {}).get("strategies", {}).get(strategy) or {}
+    out = {}
+    for m in BAND_METRICS:
+        by_k = {int(k): float(v) for k, v in (entry.get(m) or {}).items()}
+        if by_k:
+            k = max((k for k in by_k if k <= prompts), default=min(by_k))
+            out[m] = (k, by_k[k])
+    return out
+
+
+def widened(band: dict[str, Any], task: str | None, strategy: str, prompts: int | None) -> dict[str, Any]:
+    """`band` with each measured metric at least the real prompts' floor for a run of `prompts` prompts of `task`
+    (floor_for); `prompt_floor` says which metrics it widened and from what. A band never narrows; an unmeasured
+    metric stays unmeasured."""
+    if not prompts or strategy == "vanilla":
+        return band
+    floor = floor_for(task, strategy, prompts)
+    wider = {m: v for m, (_, v) in floor.items() if band.get(m) is not None and v > band[m]}
+    if not wider:
+        return band
+    return {**band, **wider, "prompt_floor": {"task": task, "prompts": prompts,
+                                              "k": {m: floor[m][0] for m in wider},
+                                              "measured_band": {m: band[m] for m in wider}}}
+
+
 def record_decisions(sim: dict[str, Any], strategy: str, dataset: dict[str, Any] | None = None,
-                     hardware: dict[str, Any] | None = None) -> dict[str, Any]:
+                     hardware: dict[str, Any] | None = None, prompts: int | None = None) -> dict[str, Any]:
     """The `decisions` block of a simulated record: the source and the band of this strategy's numbers. A recorded
     profile's speedup band was measured on a clock fitted to the loop's own forwards on the machine that ran the
-    held-out sweeps (`calibrate clock --records`); on any other clock it is not shown (`?`)."""
+    held-out sweeps (`calibrate clock --records`); on any other clock it is not shown (`?`). A per-task source's
+    band on a run of `prompts` prompts is at least how far that many real prompts stray from their task's (`widened`):
+    the held-out bands were measured on groups of 2-10 prompts."""
     src = decision_source(sim, dataset)
     band = band_for(src, strategy)
     if band and band_key(src) == "profile_recorded" and strategy != "vanilla" and not records_clock(hardware):
         band = {**band, "speedup": None, "tokens_per_s": None}
+    if band and src["kind"] in ("profile", "prior"):
+        band = widened(band, dataset_task(dataset or {}), strategy, prompts)
     return {**src, "label": source_label(src), "band": band}
 
 

@@ -32,7 +32,7 @@ BACKENDS: dict[str, BackendKind] = {
     "hf": BackendKind("hf", "ouroboros.backends.hf:HFEngine"),
     "sim": BackendKind("sim", "simulators.serving:SimEngine", {
         "pair": "simulators:make_pair",                          # (model, hardware, sim, seed, rest_stand_in) -> pair
-        "decisions": "simulators.trust:record_decisions",        # (sim, strategy, dataset, hardware) -> `decisions`
+        "decisions": "simulators.trust:record_decisions",        # (sim, strategy, dataset, hardware, prompts) -> block
         "serving_fit": "simulators.pair:check_serving_fit",      # a served point's weights + KV caches fit
         "setup": "simulators.pair:pair_setup",                   # (model, hardware, sim): load-time checks, no tokens
         "source_check": "simulators.pair:check_source",          # (sim, strategy): the token source decides it

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any
+from typing import Any, NamedTuple
 
 from ouroboros.backends.base import OuroborosError
 
@@ -47,16 +47,25 @@ def parse_sizes(text: str) -> list[int]:
     return sorted(set(sizes))
 
 
-def per_prompt(paths: list[str], model: str, dataset: str | None) -> dict[str, dict[str, tuple[int, int]]]:
-    """point name -> prompt id -> (new tokens, target forwards), from every real greedy point of the files
+class Prompt(NamedTuple):
+    tokens: int        # new tokens
+    forwards: int      # target forwards (decode steps)
+    seconds: float     # its decode time as recorded (elapsed_s; 0 where the record has none)
+    file: int          # which records file (a speedup pairs a prompt with vanilla's of the same file)
+
+
+def prompt_rows(paths: list[str], model: str, dataset: str | None) -> tuple[dict[str, dict[str, Prompt]],
+                                                                             dict[str, str]]:
+    """(point name -> prompt id -> Prompt, point name -> strategy), from every real greedy point of the files
     (vanilla included: its eta is 1, a check that the records are what they say). A point is its label and
     parameters: one label with other parameters in another file is another point, named `label [2]`."""
     from ouroboros.sinks import RecordFile
     from simulators.decisions import real_points
 
-    out: dict[str, dict[str, tuple[int, int]]] = {}
+    out: dict[str, dict[str, Prompt]] = {}
+    strategies: dict[str, str] = {}
     names: dict[tuple[str, str], str] = {}
-    for path in paths:
+    for i, path in enumerate(paths):
         chosen = real_points(path, model, dataset, lambda r: not r["strategy"].startswith("hf_"),
                              "of a decoding strategy", " (hf_* peers do not count)")
         latest = {rec["point_id"]: rec for rec in chosen}
@@ -66,11 +75,19 @@ def per_prompt(paths: list[str], model: str, dataset: str | None) -> dict[str, d
                 same = sum(label == rec["label"] for label, _ in names)
                 names[ident] = rec["label"] + (f" [{same + 1}]" if same else "")
             key = names[ident]
+            strategies[key] = str(rec["strategy"])
             for prompt_id, line in RecordFile(path).finished_prompts(pid).items():
                 steps = line.get("steps") or []
                 if steps:
-                    out.setdefault(key, {})[prompt_id] = (sum(int(s["new_tokens"]) for s in steps), len(steps))
-    return out
+                    out.setdefault(key, {})[prompt_id] = Prompt(sum(int(s["new_tokens"]) for s in steps),
+                                                                len(steps), float(line.get("elapsed_s") or 0), i)
+    return out, strategies
+
+
+def per_prompt(paths: list[str], model: str, dataset: str | None) -> dict[str, dict[str, tuple[int, int]]]:
+    """point name -> prompt id -> (new tokens, target forwards) (see prompt_rows)."""
+    rows, _ = prompt_rows(paths, model, dataset)
+    return {key: {pid: (p.tokens, p.forwards) for pid, p in ps.items()} for key, ps in rows.items()}
 
 
 def pooled_eta(prompts: dict[str, tuple[int, int]]) -> float:
@@ -88,6 +105,26 @@ def spread(prompts: dict[str, tuple[int, int]], k: int, draws: int, rng: random.
         devs.append(abs(eta / whole - 1))
     devs.sort()
     return devs[min(len(devs) - 1, int(LEVEL * len(devs)))], devs[len(devs) // 2]
+
+
+def speedup_spread(point: dict[str, Prompt], vanilla: dict[str, Prompt], k: int, draws: int,
+                   rng: random.Random) -> float | None:
+    """80% quantile of |speedup(k random prompts) / speedup(all) - 1| over `draws` subsets, where a speedup is the
+    paper's (total tokens over total time, against vanilla's on the same prompts), each prompt paired with
+    vanilla's run in the same records file (other files ran at other times, on another machine state: such a
+    prompt is left out); None when fewer than 2k prompts pair so, or a time is missing."""
+    ids = sorted(i for i, p in point.items() if i in vanilla and vanilla[i].file == p.file)
+    if len(ids) < 2 * k or any(point[i].seconds <= 0 or vanilla[i].seconds <= 0 for i in ids):
+        return None
+
+    def speedup(sub: list[str]) -> float:
+        mine = sum(point[i].tokens for i in sub) / sum(point[i].seconds for i in sub)
+        base = sum(vanilla[i].tokens for i in sub) / sum(vanilla[i].seconds for i in sub)
+        return mine / base
+
+    whole = speedup(ids)
+    devs = sorted(abs(speedup(rng.sample(ids, k)) / whole - 1) for _ in range(draws))
+    return devs[min(len(devs) - 1, int(LEVEL * len(devs)))]
 
 
 def cell(got: tuple[float, float] | None) -> str:
