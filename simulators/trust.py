@@ -8,7 +8,9 @@
 - `decision_source(sim)`: `recorded` (a replayed real trace), `proxy` (a small real pair decides), `iid` (a toy
   agreement rate), `profile <name>` (fitted to what its `fit:` block names) or `prior` (not calibrated for this pair
   and task), with the 80% error band that the project's own held-out checks measured for that kind of source
-  (conf/calibration/bands.yaml, written by `python -m simulators calibrate bands`).
+  (conf/calibration/bands.yaml, written by `python -m simulators calibrate bands`), on a run of N prompts at least
+  as wide as N real prompts of the task stray from it (`widened`; conf/calibration/prompt_floor.yaml, written by
+  `python -m simulators calibrate floor`).
 
 Knows nothing of strategies or the loop.
 """
