@@ -134,13 +134,19 @@ def _where(records: Sequence[Record]) -> str:
     return f"\n{models.pop()} on {hws.pop()}" if len(models) == 1 and len(hws) == 1 else ""
 
 
+def _floored(records: Sequence[Record]) -> str:
+    """' (at least ...)' where a simulated point's band was widened to its few prompts' real spread, else ''."""
+    ns = sorted({f["prompts"] for r in records if (f := ((r.decisions or {}).get("band") or {}).get("prompt_floor"))})
+    return f" (at least the real spread of {'/'.join(map(str, ns))} prompt(s))" if ns else ""
+
+
 def _sources(records: Sequence[Record]) -> str:
     """A title line naming where simulated points' decisions come from and what their error bars are."""
     labels = list(dict.fromkeys((r.decisions or {}).get("label") for r in records if r.decisions))
     if not labels:
         return ""
     return (f"\ndecisions: {labels[0] if len(labels) == 1 else 'mixed (' + '; '.join(map(str, labels)) + ')'}; "
-            "bars: 80% measured error band, hatched: unmeasured")
+            f"bars: 80% measured error band{_floored(records)}, hatched: unmeasured")
 
 
 def speedup_curve(records: Sequence[Record], param: str) -> Figure | None:
@@ -168,6 +174,7 @@ def speedup_curve(records: Sequence[Record], param: str) -> Figure | None:
         lo, hi = widths[0], widths[-1]
         src += ("; shaded: 80% measured error band" if shade else f"; every point ±{lo:.0%}" if lo == hi
                 else f"; points ±{lo:.0%}-{hi:.0%}")
+        src += _floored(drawn)
     ax.set_title(f"Speedup vs {CURVE_PARAMS[param]} ({'modelled' if clocks == {'sim'} else 'wall'} time)"
                  f"{_where(drawn)}{src}", fontsize=9)
     ax.grid(alpha=0.3)

@@ -114,3 +114,28 @@ def test_a_simulated_record_on_one_prompt_carries_the_committed_floor():
     assert one["block_efficiency"] == floor and one["prompt_floor"]["prompts"] == 1
     assert trust.record_decisions(prof, "pld", ds, None, prompts=20)["band"]["block_efficiency"] == \
         max(measured["block_efficiency"], trust.floor_for("humaneval", "pld", 20)["block_efficiency"][1])
+
+
+def test_the_table_and_figures_say_a_band_was_widened(tmp_path):
+    """A simulated run whose band was widened to its prompts' floor says so in the table's `±:` line and in its
+    figures' titles; one that was not says nothing of it."""
+    import dataclasses
+
+    from test_sweep import sweep_records
+
+    from analysis.plots import close, speedup_bars
+    from ouroboros.table import format_table
+
+    recs = sweep_records(tmp_path / "r.jsonl", "sweep=compare", 'sweep.grid=["strategy=pld,speculative"]')
+    plain = speedup_bars(recs, "t")
+    assert "widened" not in format_table(recs) and "at least" not in plain.axes[0].get_title()
+    close(plain)
+    spec = recs[-1]
+    band = {**spec.decisions["band"], "speedup": 0.5,
+            "prompt_floor": {"task": "humaneval", "prompts": 2, "k": {"speedup": 2}, "measured_band": {"speedup": 0.2}}}
+    recs[-1] = dataclasses.replace(spec, decisions={**spec.decisions, "band": band})
+    assert "widened to how far the real figures of this many prompts stray" in format_table(recs)
+    assert "(humaneval, 2 prompts;" in format_table(recs)
+    fig = speedup_bars(recs, "t")
+    assert "at least the real spread of 2 prompt(s)" in fig.axes[0].get_title()
+    close(fig)
