@@ -27,7 +27,16 @@ from typing import Any
 import yaml
 
 from ouroboros.backends.base import OuroborosError
-from simulators.checks.spread import LEVEL, Prompt, parse_sizes, prompt_rows, speedup_spread, spread
+from simulators.checks.spread import (
+    LEVEL,
+    Prompt,
+    parse_sizes,
+    prompt_rows,
+    record_args,
+    speedup_spread,
+    spread,
+    tps_spread,
+)
 from simulators.profiles import conf_root
 
 FLOOR_PATH = conf_root() / "calibration" / "prompt_floor.yaml"
@@ -35,31 +44,10 @@ METRICS = ("block_efficiency", "tokens_per_s", "speedup")
 
 
 def add_args(ap) -> None:
-    ap.add_argument("--records", action="append", required=True, metavar="R.jsonl",
-                    help="a real sweep's records file of the task (repeatable; the same point over several files "
-                         "pools its prompts)")
+    record_args(ap, "1,2,4,8,16")
     ap.add_argument("--dataset", required=True, help="the dataset kind whose points to read; its task names the "
                     "entry (humaneval, mtbench, ...)")
-    ap.add_argument("--model", default="qwen_coder", help="the pair (conf/model) the records must be of")
-    ap.add_argument("--prompts", default="1,2,4,8,16", help="subset sizes k, comma-separated (each >= 1)")
-    ap.add_argument("--draws", type=int, default=4000, help="random k-prompt subsets per point and k (>= 100)")
-    ap.add_argument("--seed", type=int, default=0, help="the subsets' random seed")
     ap.add_argument("--out", default=None, help="where the floors go (default conf/calibration/prompt_floor.yaml)")
-
-
-def tps_spread(point: dict[str, Prompt], k: int, draws: int, rng: random.Random) -> float | None:
-    """80% quantile of |token/s(k random prompts) / token/s(all) - 1| (total tokens over total time); None where a
-    prompt's time is missing."""
-    ids = sorted(point)
-    if len(ids) < 2 * k or any(point[i].seconds <= 0 for i in ids):
-        return None
-
-    def tps(sub: list[str]) -> float:
-        return sum(point[i].tokens for i in sub) / sum(point[i].seconds for i in sub)
-
-    whole = tps(ids)
-    devs = sorted(abs(tps(rng.sample(ids, k)) / whole - 1) for _ in range(draws))
-    return devs[min(len(devs) - 1, int(LEVEL * len(devs)))]
 
 
 def measure(paths: list[str], model: str, dataset: str, sizes: list[int], draws: int, seed: int

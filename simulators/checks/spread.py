@@ -26,15 +26,20 @@ from ouroboros.backends.base import OuroborosError
 LEVEL = 0.8   # the quantile reported, as the bands' central 80%
 
 
-def add_args(ap) -> None:
+def record_args(ap, prompts: str) -> None:
+    """The flags `check spread` and `calibrate floor` share (records, pair, subset sizes, draws, seed)."""
     ap.add_argument("--records", action="append", required=True, metavar="R.jsonl",
                     help="a real sweep's records file (repeatable; the same point over several files pools prompts)")
-    ap.add_argument("--dataset", default=None, help="the dataset kind whose points to read (needed where a file "
-                    "holds several)")
     ap.add_argument("--model", default="qwen_coder", help="the pair (conf/model) the records must be of")
-    ap.add_argument("--prompts", default="4,8", help="subset sizes k, comma-separated (each >= 1)")
+    ap.add_argument("--prompts", default=prompts, help="subset sizes k, comma-separated (each >= 1)")
     ap.add_argument("--draws", type=int, default=4000, help="random k-prompt subsets per point and k (>= 100)")
     ap.add_argument("--seed", type=int, default=0, help="the subsets' random seed")
+
+
+def add_args(ap) -> None:
+    record_args(ap, "4,8")
+    ap.add_argument("--dataset", default=None, help="the dataset kind whose points to read (needed where a file "
+                    "holds several)")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -94,17 +99,37 @@ def pooled_eta(prompts: dict[str, tuple[int, int]]) -> float:
     return sum(t for t, _ in prompts.values()) / sum(n for _, n in prompts.values())
 
 
+def strays(ids: list[str], of, k: int, draws: int, rng: random.Random) -> list[float]:
+    """|of(k random ids) / of(all ids) - 1| over `draws` random k-subsets, sorted."""
+    whole = of(ids)
+    return sorted(abs(of(rng.sample(ids, k)) / whole - 1) for _ in range(draws))
+
+
+def quantile(devs: list[float]) -> float:
+    return devs[min(len(devs) - 1, int(LEVEL * len(devs)))]
+
+
 def spread(prompts: dict[str, tuple[int, int]], k: int, draws: int, rng: random.Random) -> tuple[float, float]:
     """(80% quantile, median) of |eta(k random prompts) / eta(all) - 1| over `draws` subsets (pooled etas)."""
-    ids = sorted(prompts)
-    whole = pooled_eta(prompts)
-    devs = []
-    for _ in range(draws):
-        sub = rng.sample(ids, k)
-        eta = sum(prompts[i][0] for i in sub) / sum(prompts[i][1] for i in sub)
-        devs.append(abs(eta / whole - 1))
-    devs.sort()
-    return devs[min(len(devs) - 1, int(LEVEL * len(devs)))], devs[len(devs) // 2]
+    def eta(sub: list[str]) -> float:
+        return sum(prompts[i][0] for i in sub) / sum(prompts[i][1] for i in sub)
+
+    devs = strays(sorted(prompts), eta, k, draws, rng)
+    return quantile(devs), devs[len(devs) // 2]
+
+
+def tps(point: dict[str, Prompt], sub: list[str]) -> float:
+    """Total tokens over total time of these prompts."""
+    return sum(point[i].tokens for i in sub) / sum(point[i].seconds for i in sub)
+
+
+def tps_spread(point: dict[str, Prompt], k: int, draws: int, rng: random.Random) -> float | None:
+    """80% quantile of |token/s(k random prompts) / token/s(all) - 1|; None where fewer than 2k prompts or a
+    prompt's time is missing."""
+    ids = sorted(point)
+    if len(ids) < 2 * k or any(point[i].seconds <= 0 for i in ids):
+        return None
+    return quantile(strays(ids, lambda sub: tps(point, sub), k, draws, rng))
 
 
 def speedup_spread(point: dict[str, Prompt], vanilla: dict[str, Prompt], k: int, draws: int,
@@ -116,15 +141,7 @@ def speedup_spread(point: dict[str, Prompt], vanilla: dict[str, Prompt], k: int,
     ids = sorted(i for i, p in point.items() if i in vanilla and vanilla[i].file == p.file)
     if len(ids) < 2 * k or any(point[i].seconds <= 0 or vanilla[i].seconds <= 0 for i in ids):
         return None
-
-    def speedup(sub: list[str]) -> float:
-        mine = sum(point[i].tokens for i in sub) / sum(point[i].seconds for i in sub)
-        base = sum(vanilla[i].tokens for i in sub) / sum(vanilla[i].seconds for i in sub)
-        return mine / base
-
-    whole = speedup(ids)
-    devs = sorted(abs(speedup(rng.sample(ids, k)) / whole - 1) for _ in range(draws))
-    return devs[min(len(devs) - 1, int(LEVEL * len(devs)))]
+    return quantile(strays(ids, lambda sub: tps(point, sub) / tps(vanilla, sub), k, draws, rng))
 
 
 def cell(got: tuple[float, float] | None) -> str:
