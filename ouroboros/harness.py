@@ -25,7 +25,7 @@ from ouroboros.contracts import ChargesHost
 from ouroboros.decode import Verifier, decode, greedy_verifier
 from ouroboros.metrics import PromptResult, RunResult
 from ouroboros.sampling import SamplingConfig, SamplingVerifier
-from ouroboros.strategies import build_proposer, get_spec
+from ouroboros.strategies import Proposer, build_proposer, get_spec
 
 WARMUP_TOKENS = 8   # the warm-up decode's budget (at most the first prompt's)
 
@@ -64,12 +64,21 @@ class StrategyRunner:
         self.label = run.display
         self.target, self.eos_ids = target, tuple(eos_ids)
         self.verifier = verifier_for(sampling)
-        proposer = build_proposer(run.name, run.params, target, draft if get_spec(run.name).needs_draft_model else None)
+        self._run, self._draft = run, draft
+        self.proposer = self._new_proposer()
+
+    def _new_proposer(self) -> Proposer:
+        run, target = self._run, self.target
+        proposer = build_proposer(run.name, run.params, target,
+                                  self._draft if get_spec(run.name).needs_draft_model else None)
         # a modelled clock charges the strategy's measured host time per step (simulators/host.py)
-        self.proposer = target.host_timed(run.name, proposer) if isinstance(target, ChargesHost) else proposer
+        return target.host_timed(run.name, proposer) if isinstance(target, ChargesHost) else proposer
 
     def warm_up(self, prompt: Sequence[int], budget: int) -> None:
-        decode(self.target, self.proposer, list(prompt), min(WARMUP_TOKENS, budget), self.eos_ids,
+        """An untimed decode of the prompt's first tokens on a throw-away proposer: the models warm up, and what
+        the decode taught a proposer that keeps state across prompts (a global tree, a matrix, a pool, a draft
+        length) does not reach the measured prompts (records of schema 1 were warmed up on the measured one)."""
+        decode(self.target, self._new_proposer(), list(prompt), min(WARMUP_TOKENS, budget), self.eos_ids,
                verifier=self.verifier)
 
     def __call__(self, prompt: Sequence[int], budget: int, prompt_id: str) -> PromptResult:

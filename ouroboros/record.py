@@ -22,7 +22,9 @@ from typing import Any
 
 from ouroboros.metrics import PromptResult, RunResult
 
-SCHEMA_VERSION = 1
+# 2: the warm-up decode runs on a throw-away proposer (1: on the measured one, so a strategy that keeps state across
+# prompts started its first prompt knowing the warm-up's tokens of that prompt's own answer)
+SCHEMA_VERSION = 2
 
 # written only when set (None): the layout records have always had
 _OPTIONAL = ("sampled", "serving", "decisions", "processes", "paired_processes")

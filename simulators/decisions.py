@@ -36,7 +36,7 @@ from ouroboros.metrics import PromptResult, RunResult, pool_rates
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.pair import make_pair, sim_options, specials_eos
 from simulators.profiles import load_conf
-from simulators.replay import WARMUP_TOKENS, load_trace, trace_name, trace_prompts, warm_up
+from simulators.replay import ISOLATED, WARMUP_TOKENS, load_trace, trace_name, trace_prompts, warm_up
 from simulators.surrogate import LOOP_PERIOD, extends_loop
 
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
@@ -63,6 +63,13 @@ class RealRun:
     # how the recorded prompts were rendered (chat, template); recordings that do not say it used bare prompts
     prompt_format: dict[str, Any] = field(default_factory=lambda: dict(BARE_PROMPTS))
     warmup: int = WARMUP_TOKENS    # the real run's warm-up decode of its first prompt (a sweep's: the harness's)
+
+
+def leaky_warmup(rec: dict[str, Any], cfg: dict[str, Any]) -> bool:
+    """Whether a real sweep's record was warmed up on its measured proposer (schema 1: what that decode learnt
+    stayed in a proposer that keeps state across prompts), so a replay must warm up the same way; from schema 2
+    on the harness warms up on a throw-away proposer, which leaves the measured one as it was (no replay needed)."""
+    return bool(cfg.get("warmup", True)) and int(rec.get("schema", 1)) < 2
 
 
 def folders(root: str) -> list[str]:
@@ -93,8 +100,10 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
             name, params = rs[0]["name"], rs[0]["params"]
             proposer = build_proposer(name, params, sim.target, sim.draft if get_spec(name).needs_draft_model else None)
             run = runs.setdefault(label, RealRun(label, name, params, rs[0]["budget"],
-                                                 prompt_format=rs[0].get("prompt_format") or dict(BARE_PROMPTS)))
-            warm_up(sim, proposer, by_id[rs[0]["prompt_id"]].ids, run.warmup)
+                                                 prompt_format=rs[0].get("prompt_format") or dict(BARE_PROMPTS),
+                                                 warmup=0 if rs[0].get("warmup") == ISOLATED else WARMUP_TOKENS))
+            if run.warmup:   # recorded before the harness warmed up on a throw-away proposer: as recorded
+                warm_up(sim, proposer, by_id[rs[0]["prompt_id"]].ids, run.warmup)
             lms = (sim.target.lm, sim.draft.lm)  # type: ignore[attr-defined]
             for r in rs:
                 p = by_id[r["prompt_id"]]
@@ -153,7 +162,7 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
         if run is None:
             run = runs[rec["label"]] = RealRun(rec["label"], rec["strategy"], dict(rec["params"]), budget,
                                                prompt_format=fmt,
-                                               warmup=min(SWEEP_WARMUP, budget) if cfg.get("warmup", True) else 0)
+                                               warmup=min(SWEEP_WARMUP, budget) if leaky_warmup(rec, cfg) else 0)
         elif (run.budget, run.prompt_format) != (budget, fmt):
             raise OuroborosError(f"--records {path!r}: {rec['label']} was measured at {run.budget} and {budget} new "
                                  "tokens or with two prompt formats; keep one budget and format per records file")

@@ -205,11 +205,15 @@ def trace_prompts(doc: dict[str, Any]) -> list[Prompt]:
 # each recorded run's warm-up decode (on the first prompt) before its prompts: the traces hold that warm-up's
 # contexts, so it is the recordings' own constant, not the harness' WARMUP_TOKENS (8), which a replay could not answer
 WARMUP_TOKENS = 4
+# what a recorded run's rows say (`warmup`) when its warm-up decode ran on a throw-away proposer (the harness since
+# record schema 2): nothing of it reached the measured proposer, so a replay skips it; rows without it replay it
+ISOLATED = "isolated"
 
 
 def warm_up(pair, proposer, first_prompt: list[int], tokens: int = WARMUP_TOKENS) -> None:
-    """Replay `record`'s warm-up: one `tokens`-token decode of the first prompt with the same proposer, whose
-    state carries its effect (a pool with history, the hf draft-length schedule), then the runner's checkpoint."""
+    """Replay the warm-up of a run recorded before the harness warmed up on a throw-away proposer: one
+    `tokens`-token decode of the first prompt with the same proposer, whose state carried its effect (a pool with
+    history, the hf draft-length schedule), then the runner's checkpoint."""
     decode(pair.target, proposer, first_prompt, tokens, pair.eos_ids, prompt_id="warmup")
     proposer.checkpoint()
 

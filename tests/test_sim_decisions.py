@@ -224,9 +224,14 @@ def test_a_real_sweeps_records_are_the_real_side(swept):
         assert [r.prompt_id for r in run.results] == [p["prompt_id"] for p in recs[label]["prompts"]]
         assert decisions.stats(run.results)["eta"] == pytest.approx(recs[label]["totals"]["block_efficiency"])
         assert [len(p) for p in run.prompts] == [p["prompt_len"] for p in recs[label]["prompts"]]
-        assert run.warmup == 8 and run.groups == [0] * 4
+        assert run.warmup == 0 and run.groups == [0] * 4   # warmed up on a throw-away proposer: nothing to replay
     rows = decisions.compare(real, {}, mapper, "eval")    # the sim side runs on them as on recorded runs
     assert {r["run"] for r in rows} == {"pld", "speculative"} and all(r["prompts"] == 2 for r in rows)
+    old = swept.parent / "schema1.jsonl"    # a record of schema 1 warmed up on its measured proposer: replayed
+    rows1 = [json.dumps({**r, "schema": 1}) + "\n" for r in map(json.loads, swept.read_text().splitlines())]
+    old.write_text("".join(rows1))
+    assert {r.warmup for r in decisions.load_sweep(str(old), model="tiny", dataset="synthetic",
+                                                   prompts=tiny_prompts).values()} == {8}
 
 
 def test_calibrate_and_check_read_a_sweeps_records(swept, tmp_path, monkeypatch, capsys):

@@ -49,7 +49,7 @@ from ouroboros.strategies import build_proposer, get_spec
 from simulators.host import HostCharging
 from simulators.pair import make_pair
 from simulators.profiles import load_conf
-from simulators.replay import WARMUP_TOKENS, load_trace, save_trace, trace_name, trace_prompts, warm_up
+from simulators.replay import ISOLATED, WARMUP_TOKENS, load_trace, save_trace, trace_name, trace_prompts, warm_up
 
 
 @dataclass
@@ -148,7 +148,8 @@ def save_record(out_dir: str, specs, recs, results: list[list[PromptResult]], pr
         os.replace(path + ".part", path)
         for r in rs:
             lines.append(json.dumps({"run": s.label, "name": s.name, "params": s.params, "budget": args.max_new_tokens,
-                                     "prompt_format": fmt, "output": r.output, **r.summary()}) + "\n")
+                                     "prompt_format": fmt, "warmup": ISOLATED, "output": r.output,
+                                     **r.summary()}) + "\n")
     path = os.path.join(out_dir, "real.jsonl")
     with open(path + ".part", "w", encoding="utf-8") as f:
         f.writelines(lines)
@@ -177,7 +178,8 @@ def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:
         # the clock charges the strategy's host time too, where the profile measured it (simulators/host.py)
         proposer = sim.target.host_timed(name, build_proposer(name, params, sim.target, draft))
         by_id = {p.id: p for p in prompts}
-        warm_up(sim, proposer, by_id[rows[0]["prompt_id"]].ids)  # as recorded: stateful proposers carry it
+        if rows[0].get("warmup") != ISOLATED:   # recorded on the measured proposer: stateful proposers carry it
+            warm_up(sim, proposer, by_id[rows[0]["prompt_id"]].ids)
         sims = []
         for r in rows:
             sims.append(decode(sim.target, proposer, by_id[r["prompt_id"]].ids, r["budget"], sim.eos_ids,
