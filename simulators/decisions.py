@@ -36,7 +36,7 @@ from ouroboros.metrics import PromptResult, RunResult, pool_rates
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.pair import make_pair, sim_options, specials_eos
 from simulators.profiles import load_conf
-from simulators.replay import ISOLATED, WARMUP_TOKENS, load_trace, trace_name, trace_prompts, warm_up
+from simulators.replay import WARMUP_TOKENS, load_trace, replays_warmup, trace_name, trace_prompts, warm_up
 from simulators.surrogate import LOOP_PERIOD, extends_loop
 
 POSITIONS = 6                    # per-position acceptance shown for draft positions 1..POSITIONS
@@ -101,7 +101,7 @@ def load_real(root: str, model: str = "qwen_coder") -> dict[str, RealRun]:
             proposer = build_proposer(name, params, sim.target, sim.draft if get_spec(name).needs_draft_model else None)
             run = runs.setdefault(label, RealRun(label, name, params, rs[0]["budget"],
                                                  prompt_format=rs[0].get("prompt_format") or dict(BARE_PROMPTS),
-                                                 warmup=0 if rs[0].get("warmup") == ISOLATED else WARMUP_TOKENS))
+                                                 warmup=WARMUP_TOKENS if replays_warmup(rs[0]) else 0))
             if run.warmup:   # recorded before the harness warmed up on a throw-away proposer: as recorded
                 warm_up(sim, proposer, by_id[rs[0]["prompt_id"]].ids, run.warmup)
             lms = (sim.target.lm, sim.draft.lm)  # type: ignore[attr-defined]

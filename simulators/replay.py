@@ -210,6 +210,11 @@ WARMUP_TOKENS = 4
 ISOLATED = "isolated"
 
 
+def replays_warmup(row: dict[str, Any]) -> bool:
+    """Whether a recorded run (its first row) was warmed up on its measured proposer, so a replay warms up too."""
+    return row.get("warmup") != ISOLATED
+
+
 def warm_up(pair, proposer, first_prompt: list[int], tokens: int = WARMUP_TOKENS) -> None:
     """Replay the warm-up of a run recorded before the harness warmed up on a throw-away proposer: one
     `tokens`-token decode of the first prompt with the same proposer, whose state carried its effect (a pool with

@@ -49,7 +49,16 @@ from ouroboros.strategies import build_proposer, get_spec
 from simulators.host import HostCharging
 from simulators.pair import make_pair
 from simulators.profiles import load_conf
-from simulators.replay import ISOLATED, WARMUP_TOKENS, load_trace, save_trace, trace_name, trace_prompts, warm_up
+from simulators.replay import (
+    ISOLATED,
+    WARMUP_TOKENS,
+    load_trace,
+    replays_warmup,
+    save_trace,
+    trace_name,
+    trace_prompts,
+    warm_up,
+)
 
 
 @dataclass
@@ -178,7 +187,7 @@ def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:
         # the clock charges the strategy's host time too, where the profile measured it (simulators/host.py)
         proposer = sim.target.host_timed(name, build_proposer(name, params, sim.target, draft))
         by_id = {p.id: p for p in prompts}
-        if rows[0].get("warmup") != ISOLATED:   # recorded on the measured proposer: stateful proposers carry it
+        if replays_warmup(rows[0]):   # recorded on the measured proposer: stateful proposers carry it
             warm_up(sim, proposer, by_id[rows[0]["prompt_id"]].ids)
         sims = []
         for r in rows:
