@@ -590,3 +590,34 @@ def test_prompt_share_counts_the_output_n_grams_its_own_prompt_holds():
     assert prompt_share([[1, 2, 3]], [[1, 2]], n=3) == 0.0
     with pytest.raises(ValueError):
         prompt_share([[1]], [[1], [2]], n=3)
+
+
+def test_check_decisions_picks_the_pairs_profile_for_the_task():
+    """Without --sim, `check decisions` compares the profile a simulated run of the pair on that dataset picks (one
+    `note:` line names it), so `--by-category` on MT-Bench routes from a profile its category profiles share
+    their text options with; `--sim default` still checks the prior, and a task the pair has no profile for too."""
+    from simulators.pair import category_options, sim_options
+    from simulators.profiles import load_conf
+    from simulators.sim_profiles import load_profile
+    from simulators.trust import category_profiles
+
+    lines: list[str] = []
+    assert check.pick_profile("qwen_coder", "mtbench", None, out=lines.append) == "qwen_coder_mtbench_chat"
+    assert lines == ["note: --sim qwen_coder_mtbench_chat: conf/model/qwen_coder.yaml's profile for mtbench "
+                     "(--sim default: the prior)"]
+    he = load_conf("dataset", "humaneval")   # how a sweep with dataset=humaneval renders its prompts
+    fmt = {"chat": he["chat"], "template": he["template"]}
+    assert check.pick_profile("qwen_coder", "humaneval", None, fmt, out=lines.append) == "qwen_coder_humaneval_chat"
+    assert check.pick_profile("qwen_coder", "mtbench", "default", out=lines.append) == "default"
+    assert check.pick_profile("qwen_coder", "synthetic", None, out=lines.append) is None
+    assert len(lines) == 2
+    assert check.pick_profile("qwen_coder", "humaneval", None, {"chat": "auto", "template": "{prompt}"},
+                              out=lines.append) == "qwen_coder_humaneval"   # bare prompts: the profile fitted on them
+    routes = category_profiles(load_conf("model", "qwen_coder"), {"kind": "mtbench"})
+    picked = {k: v for k, v in load_profile("qwen_coder_mtbench_chat").items() if k != "fit"}
+    assert set(category_options(sim_options({**picked, "profile": "qwen_coder_mtbench_chat",
+                                             "by_category": routes}))) == set(routes)
+    with pytest.raises(OuroborosError, match="reads prompt ids otherwise"):   # what a prior base ran into
+        category_options(sim_options({"by_category": routes}))
+    with pytest.raises(OuroborosError, match="unknown model profile"):
+        check.pick_profile("no_such_pair", "mtbench", None)

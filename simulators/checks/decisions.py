@@ -33,7 +33,9 @@ def add_args(ap) -> None:
                                                 "tokens>)")
     ap.add_argument("--records", default=None, help="or a real sweep's records file (its points on --dataset; no "
                                                     "trace needed)")
-    ap.add_argument("--sim", default=None, help="the sim profile to check (conf/sim/<name>.yaml)")
+    ap.add_argument("--sim", default=None, help="the sim profile to check (conf/sim/<name>.yaml; default: the model "
+                                                "YAML's profile for --dataset's task, as a run picks it; 'default': "
+                                                "the uncalibrated prior)")
     ap.add_argument("--by-category", action="store_true",
                     help="decide each prompt by its category's profile, as a run on the task's profile does (the "
                          "model YAML's sim_category_profiles for --dataset; --sim: the profile of the others)")
@@ -55,6 +57,8 @@ def main(a) -> int:
     else:
         real = load_real(a.dir or str(default_cache_dir() / "decisions" / f"{a.model}-{a.dataset}-{a.max_new_tokens}"),
                          a.model)
+    formats = [r.prompt_format for r in real.values()]
+    a.sim = pick_profile(a.model, a.dataset, a.sim, formats[0] if formats else None)
     routes = None
     if getattr(a, "by_category", False):
         from simulators.profiles import load_conf
@@ -66,6 +70,22 @@ def main(a) -> int:
                                  f"{a.dataset}")
     validate(real, a.sim, a.model, a.tokenizer, every=getattr(a, "prompts", "held-out") == "all", by_category=routes)
     return 0
+
+
+def pick_profile(model: str, dataset: str, sim: str | None, prompt_format: dict[str, Any] | None = None,
+                 out=print) -> str | None:
+    """--sim as typed, else the profile a simulated run of `model` on `dataset` with the real runs' prompt rendering
+    (`prompt_format`: chat, template) picks (`trust.default_profile`), named in one line; None where the pair names
+    none for that task (the prior decides)."""
+    if sim:
+        return sim
+    from simulators.profiles import load_conf
+    from simulators.trust import default_profile
+
+    picked = default_profile(load_conf("model", model), {"kind": dataset, **(prompt_format or {})})
+    if picked:
+        out(f"note: --sim {picked}: conf/model/{model}.yaml's profile for {dataset} (--sim default: the prior)")
+    return picked
 
 
 def validate(real: dict[str, RealRun], sim: str | None, model: str = "qwen_coder", tokenizer: str | None = None,
