@@ -468,7 +468,7 @@ def compare(real: dict[str, RealRun], sim_opts: dict[str, Any], mapper, which: s
         real_res, sim_res = [run.results[i] for i in pos], sim_pooled(run, pos, sim_opts, mapper, seeds, sim_prompts)
         r = {**stats(real_res), **text_stats(real_res, [run.prompts[i] for i in pos])}
         s = {**stats(sim_res), **text_stats(sim_res, sim_prompts, chunk=len(pos))}
-        rows.append({"run": label, "prompts": len(pos), "real": r, "sim": s})
+        rows.append({"run": label, "strategy": run.name, "prompts": len(pos), "real": r, "sim": s})
     return rows
 
 
@@ -493,6 +493,29 @@ def table(rows: list[dict[str, Any]]) -> str:
                 cells.append(f"{k} {r[k]:.3f}/{s.get(k, float('nan')):.3f}")
         lines.append(f"{row['run']} [{row['prompts']} prompts, real/sim]: " + "; ".join(cells))
     return "\n".join(lines)
+
+
+def floor_lines(rows: list[dict[str, Any]], task: str | None) -> list[str]:
+    """How far each row's eta error is from the prompt floor (trust.floor_for: how far that many real prompts' eta
+    stray from the task's, 80% quantile): an error within it is what any predictor that does not know these prompts
+    can expect one time in five or more; one beyond it is the simulator's own. No line where no floor was measured."""
+    from simulators.trust import floor_for
+
+    within, beyond, cells = [], [], []
+    for row in rows:
+        fl = floor_for(task, str(row.get("strategy", "")), int(row["prompts"])).get("block_efficiency")
+        e = rel(row["sim"].get("eta"), row["real"].get("eta"))
+        if fl is None or e is None:
+            continue
+        k, v = fl
+        cells.append(f"{row['run']} {e:+.0%} / {v:.0%}" + (f" (at {k})" if k != row["prompts"] else ""))
+        (within if abs(e) <= v else beyond).append(row["run"])
+    if not cells:
+        return []
+    return [f"eta error / prompt floor (how far that many real {task} prompts' eta stray from the task's, 80%; "
+            f"conf/calibration/prompt_floor.yaml): " + ", ".join(cells),
+            f"beyond the floor (the simulator's own error): {', '.join(beyond) or 'none'}; within it (not told apart "
+            f"from which prompts were drawn): {', '.join(within) or 'none'}"]
 
 
 def score(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -621,3 +621,24 @@ def test_check_decisions_picks_the_pairs_profile_for_the_task():
         category_options(sim_options({"by_category": routes}))
     with pytest.raises(OuroborosError, match="unknown model profile"):
         check.pick_profile("no_such_pair", "mtbench", None)
+
+
+def test_check_decisions_sets_each_eta_error_against_the_prompt_floor():
+    """`floor_lines`: an eta error within how far that many real prompts of the task stray (the committed prompt
+    floor) is listed as not told apart from prompt choice, one beyond it as the simulator's own; the floor of the
+    largest measured k <= the row's prompts is used and its k named; no floor (task or strategy unmeasured): no line."""
+    from simulators.decisions import floor_lines
+    from simulators.trust import floor_for
+
+    (k_p, pld), (k_s, suf) = (floor_for("humaneval", s, 8)["block_efficiency"] for s in ("pld", "suffix"))
+    rows = [{"run": "pld", "strategy": "pld", "prompts": 8, "real": {"eta": 2.0}, "sim": {"eta": 2.0 * (1 + pld / 2)}},
+            {"run": "suffix x=1", "strategy": "suffix", "prompts": 8, "real": {"eta": 3.0},
+             "sim": {"eta": 3.0 * (1 + 2 * suf)}},
+            {"run": "mystery", "strategy": "mystery", "prompts": 8, "real": {"eta": 1.0}, "sim": {"eta": 9.0}}]
+    lines = floor_lines(rows, "humaneval")
+    assert len(lines) == 2 and "mystery" not in "".join(lines)
+    assert f"pld {pld / 2:+.0%} / {pld:.0%}," in lines[0] and "(at" not in lines[0].split("suffix")[0]
+    assert k_p == 8 and k_s < 8 and f"suffix x=1 {2 * suf:+.0%} / {suf:.0%} (at {k_s})" in lines[0]
+    assert lines[1] == "beyond the floor (the simulator's own error): suffix x=1; within it (not told apart from " \
+                       "which prompts were drawn): pld"
+    assert floor_lines(rows, None) == [] and floor_lines(rows, "synthetic") == []

@@ -14,6 +14,7 @@ from ouroboros.paths import default_cache_dir
 from simulators.decisions import (
     RealRun,
     compare,
+    floor_lines,
     id_mapper,
     load_real,
     load_sweep,
@@ -23,6 +24,7 @@ from simulators.decisions import (
     table,
     unrecorded_notes,
 )
+from simulators.trust import dataset_task
 
 
 def add_args(ap) -> None:
@@ -68,7 +70,8 @@ def main(a) -> int:
         if not routes:
             raise OuroborosError(f"--by-category: conf/model/{a.model}.yaml names no sim_category_profiles for "
                                  f"{a.dataset}")
-    validate(real, a.sim, a.model, a.tokenizer, every=getattr(a, "prompts", "held-out") == "all", by_category=routes)
+    validate(real, a.sim, a.model, a.tokenizer, every=getattr(a, "prompts", "held-out") == "all", by_category=routes,
+             task=dataset_task({"kind": a.dataset}))
     return 0
 
 
@@ -89,9 +92,11 @@ def pick_profile(model: str, dataset: str, sim: str | None, prompt_format: dict[
 
 
 def validate(real: dict[str, RealRun], sim: str | None, model: str = "qwen_coder", tokenizer: str | None = None,
-             out=print, every: bool = False, by_category: dict[str, str] | None = None) -> dict[str, Any]:
+             out=print, every: bool = False, by_category: dict[str, str] | None = None,
+             task: str | None = None) -> dict[str, Any]:
     """Real vs simulated statistics on the held-out prompts (`every`: on all of them, none was fitted);
-    `by_category`: category -> the profile deciding its prompts (sim.by_category)."""
+    `by_category`: category -> the profile deciding its prompts (sim.by_category); `task`: whose prompt floor each
+    eta error is set against (`floor_lines`)."""
     from simulators.sim_profiles import load_profile
 
     opts = load_profile(sim) if sim else {}
@@ -108,6 +113,8 @@ def validate(real: dict[str, RealRun], sim: str | None, model: str = "qwen_coder
     sc = score(rows)
     out(f"within target (eta, c 10%; #Match, hit rates 15%): {sc['ok']}/{sc['all']}; misses: "
         + (", ".join(sc["misses"]) or "none"))
+    for line in floor_lines(rows, task):
+        out(line)
     if every:   # no fit half to take as the reference
         return {"rows": rows, "score": sc}
     ref = score(sampling_rows(real))
