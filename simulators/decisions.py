@@ -501,7 +501,9 @@ def floor_lines(rows: list[dict[str, Any]], task: str | None) -> list[str]:
     can expect one time in five or more; one beyond it is the simulator's own. No line where no floor was measured."""
     from simulators.trust import floor_for
 
-    within, beyond, cells = [], [], []
+    within: list[str] = []
+    beyond: list[str] = []
+    cells: list[str] = []
     for row in rows:
         fl = floor_for(task, str(row.get("strategy", "")), int(row["prompts"])).get("block_efficiency")
         e = rel(row["sim"].get("eta"), row["real"].get("eta"))
