@@ -488,7 +488,8 @@ def test_text_prior_is_fitted_on_some_tasks_and_checked_on_a_held_out_one(record
 
 def test_bands_from_a_sweeps_records_score_each_sweeps_held_out_prompts(swept, tmp_path, monkeypatch):
     """`calibrate bands --records TASK=FILE:PROFILE`: one profile_recorded cell per strategy and sweep of a point,
-    from that sweep's odd-position prompts only (the profile was fitted on the even ones)."""
+    from that sweep's odd-position prompts where the profile lists no fit prompts (it was fitted on the even ones),
+    and from every prompt it does not list where it lists them (a fresh file's every prompt)."""
     from simulators import sim_profiles
     from simulators.calibration import bands
 
@@ -509,7 +510,8 @@ def test_bands_from_a_sweeps_records_score_each_sweeps_held_out_prompts(swept, t
     prof["fit"] = {"inputs": {"fit_prompts": "even positions", "fit_prompt_ids": ["synthetic-3"]}}
     cells = bands.records_cells([f"synthetic={out}:p"], lines.append)   # a prompt a profile lists is never a cell's
     assert sorted((c["strategy"], tuple(c["prompts"])) for c in cells) == [
-        (s, ("synthetic-1",)) for s in ("pld", "pld", "speculative", "speculative")]
+        (s, ids) for s in ("pld", "speculative")
+        for ids in (("synthetic-0", "synthetic-1"), ("synthetic-0", "synthetic-1", "synthetic-2"))]
     prof["fit"] = {"inputs": {"fit_prompts": "all"}}
     with pytest.raises(OuroborosError, match="no prompt of the file is known to be held out"):
         bands.records_cells([f"synthetic={out}:p"], lines.append)

@@ -8,7 +8,8 @@ Yi-34B/6B paper figures), written to conf/calibration/bands.yaml (read by simula
 - `prior`: the uncalibrated prior (conf/sim/default.yaml, the hardware's estimated overheads) on the same pair and
   tasks, every published figure predicted;
 - `profile_recorded` (with --recorded or --records): a decision profile's block efficiency on real runs it was not
-  fitted to (recorded traces, or a real sweep's odd-position prompts where the profile was fitted on the even ones),
+  fitted to (recorded traces, or a real sweep's prompts that no deciding profile lists among its fit prompts: the
+  odd positions of the sweep it was fitted on, every prompt of a fresh one),
   and with --speedups its speedups: a real interleaved sweep of held-out prompts against simulated sweeps of the
   same prompts on a clock calibrated on the machine that ran it (`calibrate clock --records` on other prompts).
 Per strategy and metric, the band is the 80th percentile of |relative error| over the cells (the central 80% of
@@ -147,7 +148,8 @@ def records_cells(specs: list[str], out=print, by_category: bool = False) -> lis
     """profile_recorded from real sweeps: each `TASK=FILE:PROFILE` is a sweep's records file whose even-position
     prompts PROFILE was fitted to (`calibrate decisions --records`); every sweep of a point (a group of prompts) gives
     one cell per strategy: the surrogate's block efficiency under the profile against the real pair's on that
-    group's odd-position prompts, less any prompt a profile lists among its fit prompts (`fit_prompt_ids`).
+    group's held-out prompts: every prompt no deciding profile lists among its fit prompts (`fit_prompt_ids`; the
+    fitted file's odd positions, a fresh file's every prompt), the odd positions less those where it lists none.
     `by_category`: each prompt decided as a run on PROFILE decides it, by its category's profile where the model
     YAML's sim_category_profiles names one for TASK (those profiles must list their fit prompts)."""
     from simulators.decisions import id_mapper, load_sweep, sim_pooled, split, stats
@@ -163,6 +165,7 @@ def records_cells(specs: list[str], out=print, by_category: bool = False) -> lis
             raise OuroborosError(f"--records {spec!r}: {profile} was not fitted on a records file's even positions "
                                  f"(its fit: {fit.get('fit_prompts')!r}), so no prompt of the file is known to be "
                                  "held out")
+        listed = fit.get("fit_prompt_ids") is not None
         seen = set(fit.get("fit_prompt_ids") or [])
         routes = category_profiles(load_conf("model", model), {"kind": task}) if by_category else None
         for name in sorted(set((routes or {}).values())):
@@ -176,7 +179,8 @@ def records_cells(specs: list[str], out=print, by_category: bool = False) -> lis
             profile += " + per category " + ", ".join(sorted(set(routes.values())))
         mapper = id_mapper(model)
         for label, run in load_sweep(path, model, task).items():
-            held = [i for i in split(len(run.results))[1] if run.results[i].prompt_id not in seen]
+            cand = range(len(run.results)) if listed else split(len(run.results))[1]
+            held = [i for i in cand if run.results[i].prompt_id not in seen]
             for g in sorted(set(run.groups)):
                 pos = [i for i in held if run.groups[i] == g]
                 if not pos:
@@ -335,8 +339,9 @@ def add_args(ap) -> None:
                          "to (repeatable): the profile_recorded band")
     ap.add_argument("--records", action="append", default=[], metavar="TASK=FILE:PROFILE",
                     help="or a real sweep's records file whose even-position prompts PROFILE was fitted to "
-                         "(`calibrate decisions --records`; repeatable): its odd-position prompts give the "
-                         "profile_recorded band")
+                         "(`calibrate decisions --records`), or one of prompts it never saw (repeatable): its "
+                         "prompts that no deciding profile lists among its fit prompts give the profile_recorded "
+                         "band")
     ap.add_argument("--speedups", action="append", default=[], metavar="TASK=REAL:SIM[,SIM...]",
                     help="a real interleaved sweep's records of held-out prompts and simulated sweeps of the same "
                          "prompts and points (seeds, pooled) on a clock calibrated on that machine (repeatable): "
@@ -379,7 +384,8 @@ def main(a: Any, out=print) -> int:
     cmd += "".join(flag for flag, on in zip((" --keep-recorded", " --keep-records"), keep, strict=True)
                    if on and kept)
     held = [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]}" for sp in a.recorded]
-    held += [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]} (a real sweep's odd-position prompts)"
+    held += [f"{sp.split('=', 1)[0]} with {sp.rpartition(':')[2]} (a real sweep's prompts none of its profiles "
+             "was fitted to)"
              for sp in a.records]
     held += [f"{sp.split('=', 1)[0]}: a real interleaved sweep of held-out prompts against simulated sweeps of them "
              "(seeds pooled) on a clock fitted to other prompts' recordings on the same machine (calibrate clock "
@@ -392,7 +398,7 @@ def main(a: Any, out=print) -> int:
         held.append(f"the sweep-record cells of {where}, kept ({len([c for c in swept if c['kept_from'] == where])})")
     parts = (["traces kept in the cache, not in git; one cell per recording process of 4 prompts"]
              if a.recorded or traced else []) + (
-        ["sweep records not in git; one cell per sweep of a point, its odd-position prompts"]
+        ["sweep records not in git; one cell per sweep of a point, its prompts no profile was fitted to"]
         if a.records or any(c.get("from") == "sweep records" for c in swept) else [])
     timed = [c for c in recorded if c["metric"] == "speedup"]
     machines = ", ".join(sorted({h for c in timed for h in c.get("hardware") or []}))
