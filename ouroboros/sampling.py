@@ -29,6 +29,7 @@ This module knows nothing of models, strategies or the loop; it maps (draft, log
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 
@@ -49,6 +50,8 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         check_range("temperature", self.temperature, lo=0)
+        if not math.isfinite(self.temperature):   # inf flattens every distribution to uniform: not a sampler
+            raise OuroborosError(f"sampling.temperature must be a finite number >= 0, got {self.temperature}")
         check_range("top_p", self.top_p, lo=0, hi=1, lo_open=True)
         check_range("top_k", self.top_k, lo=0)
 

