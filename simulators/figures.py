@@ -9,11 +9,17 @@ Three ways in, one `Task`:
 - `records_task(path, ...)`: a real run's records (`sweep=real_compare` or `run strategy=speculative` on backend=hf):
   the vanilla and speculative points measured against the same baseline.
 
+Every figure is checked in `make_task`, one line naming the key (or flag) and the bound it breaks: finite, token/s
+> 0, block efficiency in [1, gamma + 1] (accepted length in [0, gamma]), SpS token/s at most eta x vanilla's (a step
+costs one target forward at least); task, model and hardware names are file-name safe (they name the profiles).
+
 Knows nothing of the simulator's clock or surrogates.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +27,7 @@ from typing import Any
 import yaml
 
 from ouroboros.backends.base import OuroborosError
-from simulators.profiles import conf_root
+from simulators.profiles import check_name, conf_root
 
 CORPORA = ("code", "pycode", "prose")
 CODE_TASKS = ("humaneval", "mbpp")
@@ -92,11 +98,54 @@ def positive(v: Any, what: str, where: str, integer: bool = False) -> Any:
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
     if isinstance(v, bool) or not ok or v <= 0:
         raise OuroborosError(f"{where}: {what} must be a positive {'integer' if integer else 'number'}, got {v!r}")
+    if not math.isfinite(v):
+        raise OuroborosError(f"{where}: {what} must be a finite number > 0, got {v!r}")
     return v
 
 
-def make_task(key: str, d: dict[str, Any], model: str, hardware: str, sps: str, where: str) -> Task:
-    """One task from its figures (a YAML entry, flags or records), every value checked (one line on a bad one)."""
+def finite(v: Any, what: str, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise OuroborosError(f"{where}: {what} must be a finite number, got {v!r}")
+    return float(v)
+
+
+def sps_eta(d: dict[str, Any], sps: str, max_new: int, where: str, name: Callable[[str], str]) -> float:
+    """The SpS block efficiency of a task's figures (given as it, or as its accepted length eta - 1), in range: at
+    least one token per target forward, at most gamma + 1 (schedule hf: at most the budget, one forward a prompt)."""
+    eta, acc = d.get("sps_block_efficiency"), d.get("sps_accepted_length")
+    if (eta is None) == (acc is None):
+        raise OuroborosError(f"{where}: give the SpS block efficiency or its accepted length (one of them)")
+    hf = sps == "hf"
+    top = max_new if hf else int(sps) + 1     # the most new tokens one target forward brings
+    if acc is not None:
+        n, acc = name("sps_accepted_length"), finite(acc, name("sps_accepted_length"), where)
+        if acc < 0:
+            raise OuroborosError(f"{where}: {n} must be >= 0 (an accepted length counts accepted draft tokens), "
+                                 f"got {acc:g}")
+        if acc > top - 1:
+            raise OuroborosError(f"{where}: {n} {acc:g} is more than "
+                                 + (f"max_new_tokens - 1 = {top - 1}" if hf else f"gamma = {top - 1}")
+                                 + " (the most draft tokens a step accepts)")
+        return acc + 1.0
+    n, eta = name("sps_block_efficiency"), finite(eta, name("sps_block_efficiency"), where)
+    if eta < 1:
+        raise OuroborosError(f"{where}: {n} must be >= 1 (an SpS block efficiency is >= 1: one token per target "
+                             f"forward at least), got {eta:g}")
+    if eta > top:
+        raise OuroborosError(f"{where}: an SpS block efficiency of {eta:g} ({n}) is more than "
+                             + (f"max_new_tokens = {top} (a prompt takes one target forward at least)" if hf
+                                else f"gamma + 1 = {top} (the most new tokens a target forward brings)"))
+    return eta
+
+
+def make_task(key: str, d: dict[str, Any], model: str, hardware: str, sps: str, where: str,
+              names: dict[str, str] | None = None) -> Task:
+    """One task from its figures (a YAML entry, flags or records), every value checked (one line on a bad one, naming
+    the value as `names` spells it: the flags' own names; default the YAML keys)."""
+    def name(k: str) -> str:
+        return (names or {}).get(k, k)
+
+    check_name(key, f"{where}: the task's key")   # the profile's file name is <model>_<key>.yaml
     known = {"name", "corpus", "prompt_len", "max_new_tokens", "vanilla_tok_s", "sps_tok_s", "sps_block_efficiency",
              "sps_accepted_length", "sps_gamma", "sps_schedule", "held_out"}
     unknown = sorted(set(d) - known)
@@ -104,27 +153,36 @@ def make_task(key: str, d: dict[str, Any], model: str, hardware: str, sps: str, 
         raise OuroborosError(f"{where}: unknown key {unknown[0]!r}; keys: {', '.join(sorted(known))}")
     if "sps_gamma" in d or "sps_schedule" in d:
         sps = sps_setting(d.get("sps_gamma"), d.get("sps_schedule"), where)
-    eta, acc = d.get("sps_block_efficiency"), d.get("sps_accepted_length")
-    if (eta is None) == (acc is None):
-        raise OuroborosError(f"{where}: give the SpS block efficiency or its accepted length (one of them)")
-    eta = positive(eta, "sps_block_efficiency", where) if acc is None else positive(acc, "sps_accepted_length",
-                                                                                     where) + 1.0
-    if eta < 1:
-        raise OuroborosError(f"{where}: an SpS block efficiency is >= 1 (one token per target forward at least), "
-                             f"got {eta}")
-    if sps != "hf" and eta > int(sps) + 1:
-        raise OuroborosError(f"{where}: an SpS block efficiency of {eta} is more than gamma + 1 = {int(sps) + 1}")
+    max_new = positive(d.get("max_new_tokens"), name("max_new_tokens"), where, integer=True)
+    prompt_len = positive(d.get("prompt_len"), name("prompt_len"), where, integer=True)
+    eta = sps_eta(d, sps, max_new, where, name)
+    vanilla = float(positive(d.get("vanilla_tok_s"), name("vanilla_tok_s"), where))
+    sps_tps = d.get("sps_tok_s")
+    if sps_tps is not None:
+        sps_tps = float(positive(sps_tps, name("sps_tok_s"), where))
+        if sps_tps > eta * vanilla:   # a step costs one target forward at least: SpS is at most eta x vanilla
+            raise OuroborosError(
+                f"{where}: {name('sps_tok_s')} {sps_tps:g} is {sps_tps / vanilla:.3g}x {name('vanilla_tok_s')} "
+                f"{vanilla:g}, more than the SpS block efficiency {eta:g} allows (speculative decoding is at most eta "
+                "x faster: each step costs one target forward at least)")
     corpus = d.get("corpus") or default_corpus(key)
     if corpus not in CORPORA:
         raise OuroborosError(f"{where}: corpus must be one of {', '.join(CORPORA)}, got {corpus!r}")
     held = d.get("held_out") or {}
+    if not isinstance(held, dict):
+        raise OuroborosError(f"{where}: held_out must be a mapping (lookahead, ouroboros), got {held!r}")
     la, ou = dict(held.get("lookahead") or {}), dict(held.get("ouroboros") or {})
-    sps_tps = d.get("sps_tok_s")
-    return Task(name=str(d.get("name") or key), corpus=corpus,
-                max_new=positive(d.get("max_new_tokens"), "max_new_tokens", where, integer=True),
-                prompt_len=positive(d.get("prompt_len"), "prompt_len", where, integer=True),
-                vanilla_tps=float(positive(d.get("vanilla_tok_s"), "vanilla_tok_s", where)), sps_eta=float(eta),
-                sps_tps=None if sps_tps is None else float(positive(sps_tps, "sps_tok_s", where)), sps=sps,
+    for m, fig in (("lookahead", la), ("ouroboros", ou)):
+        if fig.get("tok_s") is not None:
+            positive(fig["tok_s"], f"held_out.{m}.tok_s", where)
+        if fig.get("block_efficiency") is not None and finite(fig["block_efficiency"],
+                                                              f"held_out.{m}.block_efficiency", where) < 1:
+            raise OuroborosError(f"{where}: held_out.{m}.block_efficiency must be >= 1, got {fig['block_efficiency']}")
+    for k in ("gamma", "W", "N", "K"):
+        if k in ou:
+            positive(ou[k], f"held_out.ouroboros.{k}", where, integer=True)
+    return Task(name=str(d.get("name") or key), corpus=corpus, max_new=max_new, prompt_len=prompt_len,
+                vanilla_tps=vanilla, sps_eta=float(eta), sps_tps=sps_tps, sps=sps,
                 gamma=int(ou.get("gamma", 4)), W=int(ou.get("W", 20)), N=int(ou.get("N", 7)), K=int(ou.get("K", 3)),
                 la_tps=la.get("tok_s"), la_eta=la.get("block_efficiency"), ouro_tps=ou.get("tok_s"),
                 ouro_eta=ou.get("block_efficiency"), key=key, model=model, hardware=hardware)
@@ -132,6 +190,7 @@ def make_task(key: str, d: dict[str, Any], model: str, hardware: str, sps: str, 
 
 def check_names(model: str, hardware: str, where: str) -> None:
     for group, name in (("model", model), ("hardware", hardware)):
+        check_name(name, f"{where}: {group}")
         if not (conf_root() / group / f"{name}.yaml").is_file():
             known = sorted(p.stem for p in (conf_root() / group).glob("*.yaml"))
             raise OuroborosError(f"{where}: unknown {group} {name!r}; known: {', '.join(known)}")
@@ -152,6 +211,10 @@ def load_tasks(path: str | Path) -> tuple[tuple[Task, ...], str]:
     check_names(model, hardware, str(path))
     sps_doc = doc.get("sps") or {}
     sps = sps_setting(sps_doc.get("gamma"), sps_doc.get("schedule"), f"{path}: sps")
+    for k, v in doc["tasks"].items():
+        check_name(str(k), f"{path}: task")
+        if not isinstance(v, (dict, type(None))):
+            raise OuroborosError(f"{path}: task {k}: needs its figures as a mapping (vanilla_tok_s, ...), got {v!r}")
     tasks = tuple(make_task(str(k), dict(v or {}), model, hardware, sps, f"{path}: task {k}")
                   for k, v in doc["tasks"].items())
     return tasks, str(doc.get("source") or path.name)

@@ -10,6 +10,7 @@ This module knows nothing of hardware, clocks or tokens.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,18 @@ class PairProfile:
 
 def conf_root() -> Path:
     return Path(__file__).resolve().parent.parent / "conf"
+
+
+NAME = re.compile(r"[A-Za-z0-9_.-]+")   # what a name that becomes (part of) a file name may hold
+
+
+def check_name(name: object, what: str) -> str:
+    """`name` unless it could leave its folder as (part of) a file name: only letters, digits, '_', '.' and '-', no
+    leading dot (so no path separator, no '..'); else one line naming `what` (the flag or key that gave it)."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or name.startswith("."):
+        raise OuroborosError(f"{what} {name!r}: a name may hold only letters, digits, '_', '.' and '-', and may not "
+                             "start with a dot")
+    return name
 
 
 def load_conf(group: str, name: str) -> dict[str, Any]:

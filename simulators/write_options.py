@@ -101,8 +101,13 @@ def add_args(ap) -> None:
 
 def main(a) -> int:
     if not a.check:
-        DEFAULT_YAML.write_text(default_yaml(), encoding="utf-8")
-        DOC_MD.write_text(with_doc_table(DOC_MD.read_text(encoding="utf-8")), encoding="utf-8")
+        from ouroboros.paths import check_writable
+
+        texts = {DEFAULT_YAML: default_yaml(), DOC_MD: with_doc_table(DOC_MD.read_text(encoding="utf-8"))}
+        for path in texts:   # both made and both writable before either is written
+            check_writable(path, "write-options")
+        for path, text in texts.items():
+            path.write_text(text, encoding="utf-8")
         print(f"wrote {DEFAULT_YAML.relative_to(ROOT)} and the options table of {DOC_MD.relative_to(ROOT)}")
         return 0
     bad = stale()

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.paths import check_writable
 from simulators.calibration.paper_fit import METHODS, Run, calibrate, fit_draft_overhead, method_runs, task_prompts
 from simulators.figures import YI_FIGURES, Task, load_tasks
 from simulators.profiles import conf_root
@@ -366,6 +367,7 @@ def main(a: Any, out=print) -> int:
     path = Path(a.out) if a.out else BANDS_PATH
     keep = (getattr(a, "keep_recorded", False), getattr(a, "keep_records", False))
     kept = kept_cells(path, *keep) if any(keep) else []   # before any work: a bad path is one line
+    check_writable(path, "--out")
     speedups = speedup_cells(a.speedups, out) if getattr(a, "speedups", None) else []   # read and checked first
     out("measuring the bands on the Yi-34B/6B paper figures (conf/calibration/yi34b_6b_a800x2.yaml):")
     loto = loto_cells(a.prompts, a.seed, out)

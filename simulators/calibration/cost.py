@@ -52,6 +52,7 @@ import yaml
 
 from ouroboros.backends.base import OuroborosError, WallClock
 from ouroboros.draft import Draft
+from ouroboros.paths import check_writable
 from simulators.cost_model import MIN_FIT_POINTS, CostModel, FitPoint, FitReport, fit
 from simulators.profiles import conf_root, load_conf
 
@@ -302,6 +303,7 @@ def fit_records(a) -> int:
     if not os.path.exists(a.out):
         raise OuroborosError(f"--records refits the pair in an existing profile: no {a.out} (run `python -m "
                              "simulators calibrate clock` first: the LM-head rows come from it)")
+    check_writable(a.out, "--out")   # rewritten at the end: a read-only one fails here, before the fit
     with open(a.out, encoding="utf-8") as f:
         doc = yaml.safe_load(f) or {}
     costs = doc.get("costs") or {}
@@ -465,6 +467,8 @@ def main(a) -> int:
         return fit_records(a)
     import torch
 
+    if a.threads < 1:
+        raise OuroborosError(f"--threads must be >= 1, got {a.threads}")
     torch.set_num_threads(a.threads)
     if a.attention and a.weights != "random":
         raise OuroborosError("--attention is for --weights random (real models keep the attention they load with)")
@@ -501,6 +505,7 @@ def main(a) -> int:
     if n_points < MIN_FIT_POINTS:
         raise OuroborosError(f"--ks x --ctxs (+ batched points) give {n_points} points; the cost model's fit needs "
                              f">= {MIN_FIT_POINTS}")
+    check_writable(a.out, "--out")   # before any model loads or forward is timed
     if a.weights == "random":
         backends = random_backends(model, a.dtype, a.device, a.attention, who=f"model {a.model!r}")
     else:

@@ -208,8 +208,14 @@ def main(a) -> int:
     """Fit on the fit prompts, write the profile."""
     from pathlib import Path
 
+    from ouroboros.paths import check_out_dir
+    from simulators.profiles import check_name, conf_root
     from simulators.sim_profiles import check_profile_name, git_commit, load_profile, write_profile
 
+    check_name(a.model, "--model")
+    load_conf("model", a.model)   # an unknown pair is one line before any recording is read
+    check_name(a.name, "--name")   # the profile is written as <out-dir>/<name>.yaml
+    check_out_dir(a.out_dir or conf_root() / "sim", "--out-dir")
     if (a.dir is None) == (a.records is None):
         raise OuroborosError("calibrate decisions needs exactly one of --dir (recorded runs) or --records (a real "
                              "sweep's records file)")
@@ -228,7 +234,7 @@ def main(a) -> int:
     base: dict[str, Any] = {}
     start_fit: dict[str, Any] | None = None
     if a.start:
-        check_profile_name(a.start)
+        check_profile_name(check_name(a.start, "--start"))
         start = load_profile(a.start)
         base = {k: start[k] for k in (*(knob for knob, _ in FIT_GRID), *CARRIED) if k in start}
         earlier = start.get("fit") or {}

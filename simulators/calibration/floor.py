@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.paths import check_writable
 from simulators.checks.spread import (
     LEVEL,
     Prompt,
@@ -99,6 +100,7 @@ def main(a: Any, out=print) -> int:
         raise OuroborosError(f"--dataset {a.dataset!r}: not the dataset kind of one task (humaneval, mtbench, gsm8k, "
                              "mbpp)")
     path = Path(a.out) if a.out else FLOOR_PATH
+    check_writable(path, "--out")   # before the records are read
     doc: dict[str, Any] = {}
     if path.is_file():
         with open(path, encoding="utf-8") as f:

@@ -11,6 +11,8 @@ least squares in log SpS token/s over the tasks given), and the surrogate draft'
 matches at the SpS setting used. Nothing else: no lookahead or Ouroboros figure. One profile per task,
 conf/sim/<model>_<task>.yaml (the model YAML's `sim_profiles:` or that name makes it the default for the task).
 `calibrate paper` is this command on the paper's figures (the Yi-34B/6B profiles).
+Impossible figures (simulators/figures.py) and an unwritable --out-dir are one `error:` line before any fitting; a fit
+whose draft overhead stops at an end of its range (the SpS token/s out of the cost model's reach) writes nothing.
 """
 
 from __future__ import annotations
@@ -20,9 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.backends.base import OuroborosError
-from simulators.calibration.paper_fit import DRAFT_OVERHEADS, TEXT_PROFILES, Calibration, calibrate, text_knobs
+from simulators.calibration.paper_fit import (
+    DRAFT_OVERHEADS,
+    TEXT_PROFILES,
+    Calibration,
+    calibrate,
+    draft_overhead_grid,
+    text_knobs,
+)
 from simulators.figures import YI_FIGURES, Task, load_tasks, records_task, sps_setting
-from simulators.profiles import conf_root
+from simulators.profiles import check_name, conf_root
 
 
 # ----------------------------------------------------------------------------------------------- profiles
@@ -69,7 +78,26 @@ def calibrate_measured(tasks: tuple[Task, ...], n_prompts: int, seed: int, sourc
                        out=print) -> list[Path]:
     tasks = tuple(replace(t, text=text_knobs(t, text)) for t in tasks)
     cal = calibrate(n_prompts, seed, "hf", tasks, draft_overhead)
+    check_draft_overhead(cal, tasks, draft_overhead)
     return write_profiles(cal, tasks, source, command, out_dir, n_prompts, seed, out)
+
+
+def check_draft_overhead(cal: Calibration, tasks: tuple[Task, ...], draft_overhead: str) -> None:
+    """Refuse a fit whose draft overhead stopped at an end of its search range: the SpS token/s given are then out of
+    the cost model's reach (at 0: faster than free drafting allows at their block efficiency), not matched."""
+    grid = draft_overhead_grid(draft_overhead == "scaled")
+    x = cal.ratio if cal.ratio is not None else next(iter(cal.over_d.values()))
+    if x not in (grid[0], grid[-1]):
+        return
+    given = ", ".join(f"{t.name} {t.sps_tps:g} (vanilla {t.vanilla_tps:g}, eta {t.sps_eta:g})" for t in tasks
+                      if t.sps_tps)
+    unit = "x the target's" if cal.ratio is not None else "s"
+    if x == grid[0]:
+        raise OuroborosError(f"SpS token/s {given}: faster than the cost model reaches even with a draft overhead of "
+                             f"0 (the fit's lower bound; the draft's spec-sheet cost and the wider verify forward "
+                             "alone are slower): check the figures and the hardware profile")
+    raise OuroborosError(f"SpS token/s {given}: slower than the cost model reaches with a draft overhead of "
+                         f"{grid[-1]:g} {unit} (the fit's upper bound): check the figures and the hardware profile")
 
 
 def paper_profiles(n_prompts: int = 16, seed: int = 0, out_dir: Path | None = None, out=print,
@@ -115,6 +143,10 @@ def add_args(ap) -> None:
 
 FLAG_KEYS = ("vanilla_tok_s", "sps_tok_s", "sps_eta", "sps_accepted_length", "sps_gamma", "sps_schedule",
              "max_new_tokens", "prompt_len")
+# a task's figure keys (simulators/figures.py) as the flags spell them, for the one-line errors
+FLAG_NAMES = {"vanilla_tok_s": "--vanilla-tok-s", "sps_tok_s": "--sps-tok-s", "sps_block_efficiency": "--sps-eta",
+              "sps_accepted_length": "--sps-accepted-length", "max_new_tokens": "--max-new-tokens",
+              "prompt_len": "--prompt-len"}
 
 
 def measured_tasks(a: Any) -> tuple[tuple[Task, ...], str, list[str]]:
@@ -134,6 +166,8 @@ def measured_tasks(a: Any) -> tuple[tuple[Task, ...], str, list[str]]:
     missing = [f for f, v in (("--model", a.model), ("--task", a.task), ("--hardware", a.hardware)) if not v]
     if missing:
         raise OuroborosError(f"{', '.join(missing)} needed with {ways[0]}")
+    for flag, value in (("--model", a.model), ("--task", a.task), ("--hardware", a.hardware)):
+        check_name(value, flag)   # the profile's file name is <model>_<task>.yaml
     check_names(a.model, a.hardware, "calibrate measured")
     where = f"{a.model} {a.task} on {a.hardware}"
     if a.records:
@@ -143,7 +177,7 @@ def measured_tasks(a: Any) -> tuple[tuple[Task, ...], str, list[str]]:
     d = {"name": a.task, "corpus": a.corpus, "prompt_len": a.prompt_len, "max_new_tokens": a.max_new_tokens,
          "vanilla_tok_s": a.vanilla_tok_s, "sps_tok_s": a.sps_tok_s, "sps_block_efficiency": a.sps_eta,
          "sps_accepted_length": a.sps_accepted_length}
-    t = make_task(a.task, d, a.model, a.hardware, sps_setting(a.sps_gamma, a.sps_schedule, where), where)
+    t = make_task(a.task, d, a.model, a.hardware, sps_setting(a.sps_gamma, a.sps_schedule, where), where, FLAG_NAMES)
     words = ["--model", a.model, "--task", a.task, "--hardware", a.hardware] + [
         f"--{k.replace('_', '-')} {getattr(a, k)}" for k in FLAG_KEYS if getattr(a, k) is not None]
     return (t,), "typed as flags (the user's own measurements)", words
@@ -162,8 +196,13 @@ def paper_main(a: Any) -> int:
 
 
 def main(a: Any) -> int:
+    from ouroboros.paths import check_out_dir
+
     if a.prompts < 1:
         raise OuroborosError(f"--prompts must be >= 1, got {a.prompts}")
+    if a.seed < 0:
+        raise OuroborosError(f"--seed must be >= 0, got {a.seed}")
+    check_out_dir(a.out_dir or conf_root() / "sim", "--out-dir")   # before any fitting
     tasks, source, words = measured_tasks(a)
     calibrate_measured(tasks, a.prompts, a.seed, source,
                        measured_command(words, a.prompts, a.seed, a.text, a.draft_overhead),

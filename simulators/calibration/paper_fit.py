@@ -300,8 +300,12 @@ def fit_draft_overhead(plans: dict[str, dict[str, tuple[float, Run]]], over_t: d
 
     if not any(t.sps_tps for t in tasks):
         raise OuroborosError("the draft's overhead is fitted to SpS token/s: give it for at least one task")
-    grid = [i * 1e-3 for i in range(3001)] if scaled else [i * 1e-4 for i in range(1001)]
-    return min(grid, key=loss)
+    return min(draft_overhead_grid(scaled), key=loss)
+
+
+def draft_overhead_grid(scaled: bool) -> list[float]:
+    """The draft overheads `fit_draft_overhead` tries: 0 .. 3 x the target's (scaled), or 0 .. 100 ms."""
+    return [i * 1e-3 for i in range(3001)] if scaled else [i * 1e-4 for i in range(1001)]
 
 
 def profile_calibration(n_prompts: int, seed: int, tasks: tuple[Task, ...] = TASKS) -> Calibration:

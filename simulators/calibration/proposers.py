@@ -33,10 +33,11 @@ from typing import Any
 import yaml
 
 from ouroboros.backends.base import OuroborosError
+from ouroboros.paths import check_writable
 from simulators.calibration.measured import repo_relative
 from simulators.hardware import Hardware
 from simulators.host import FIT, SECTION, ProposerCost
-from simulators.profiles import conf_root, load_conf
+from simulators.profiles import check_name, conf_root, load_conf
 from simulators.sim_profiles import git_commit
 
 BINS = ((0, 0), (1, 4), (5, 16), (17, 64), (65, None))   # draft sizes the report compares measured and fitted by
@@ -205,6 +206,7 @@ def add_args(ap) -> None:
 def main(a) -> int:
     if not os.path.isfile(a.records):
         raise OuroborosError(f"--records {a.records!r}: no such file")
+    check_name(a.hardware, "--hardware")   # the default --out is conf/hardware/<hardware>.yaml
     try:
         profile = load_conf("hardware", a.hardware)
     except OuroborosError as e:
@@ -214,6 +216,7 @@ def main(a) -> int:
     out = Path(a.out) if a.out else src
     if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         raise OuroborosError(f"--out {str(out)!r}: its folder does not exist or cannot be written")
+    check_writable(out, "--out")   # a folder, a device or a read-only file
     if not (math.isfinite(a.drop_above) and a.drop_above > 1):
         raise OuroborosError(f"--drop-above must be > 1, got {a.drop_above}")
     if a.min_steps < 2:

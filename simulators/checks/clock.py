@@ -45,6 +45,7 @@ from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
 from ouroboros.harness import Job, StrategyRun, StrategyRunner, run_interleaved
 from ouroboros.metrics import PromptResult
+from ouroboros.paths import check_out_dir
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.host import HostCharging
 from simulators.pair import make_pair
@@ -444,15 +445,21 @@ def main(a) -> int:
             make_config(s.name, s.params)
             if not os.path.exists(os.path.join(a.dir, trace_name(s.label))):
                 raise OuroborosError(f"no trace of {s.label} in {a.dir}: record it first (without --batched-only)")
+        check_out_dir(a.dir, "--dir")   # batch.jsonl is written there
         record_batched(a, specs, a.dir, batches)
     elif not a.replay_only:
         from ouroboros.strategies import make_config
 
         if a.max_new_tokens < 1:
             raise OuroborosError(f"--max-new-tokens must be >= 1, got {a.max_new_tokens}")
+        if a.limit < 1:
+            raise OuroborosError(f"--limit must be >= 1, got {a.limit}")
+        if a.threads < 0:
+            raise OuroborosError(f"--threads must be >= 0 (0: torch's default), got {a.threads}")
         specs = parse_runs(a.strategies)
         for s in specs:
             make_config(s.name, s.params)
+        check_out_dir(a.dir, "--dir")   # before any model loads
         os.makedirs(a.dir, exist_ok=True)
         record(a, specs, a.dir)
         if batches:

@@ -24,7 +24,7 @@ from simulators.decisions import (
     table,
     unrecorded_notes,
 )
-from simulators.trust import dataset_task
+from simulators.trust import DATASET_TASKS, dataset_task
 
 
 def add_args(ap) -> None:
@@ -48,12 +48,7 @@ def add_args(ap) -> None:
 
 
 def main(a) -> int:
-    from simulators.sim_profiles import check_profile_name
-
-    if a.sim:
-        check_profile_name(a.sim)
-    if a.dir and a.records:
-        raise OuroborosError("check decisions takes --dir (recorded runs) or --records (a sweep's records), not both")
+    check_args(a)
     if a.records:
         real = load_sweep(a.records, a.model, a.dataset, a.tokenizer)
     else:
@@ -73,6 +68,31 @@ def main(a) -> int:
     validate(real, a.sim, a.model, a.tokenizer, every=getattr(a, "prompts", "held-out") == "all", by_category=routes,
              task=dataset_task({"kind": a.dataset}))
     return 0
+
+
+def check_args(a) -> None:
+    """The cheap arguments, in order, before any record is read: the model profile, the dataset kind, the sim
+    profile, the budget, then the files to read."""
+    import os
+
+    from ouroboros.datasets import RECORD_LOADERS
+    from simulators.profiles import check_name, load_conf
+    from simulators.sim_profiles import check_profile_name
+
+    load_conf("model", check_name(a.model, "--model"))
+    kinds = sorted({"synthetic", *RECORD_LOADERS, *DATASET_TASKS})   # kinds, and the tasks recorded by name
+    if a.dataset not in kinds:
+        raise OuroborosError(f"--dataset: unknown dataset {a.dataset!r}; known: {', '.join(kinds)}")
+    if a.sim:
+        check_profile_name(check_name(a.sim, "--sim"))
+    if a.max_new_tokens < 1:
+        raise OuroborosError(f"--max-new-tokens must be >= 1, got {a.max_new_tokens}")
+    if a.dir and a.records:
+        raise OuroborosError("check decisions takes --dir (recorded runs) or --records (a sweep's records), not both")
+    if a.records and not os.path.isfile(a.records):
+        raise OuroborosError(f"--records {a.records!r}: no such file")
+    if a.dir and not os.path.isdir(a.dir):
+        raise OuroborosError(f"--dir {a.dir!r}: no such folder")
 
 
 def pick_profile(model: str, dataset: str, sim: str | None, prompt_format: dict[str, Any] | None = None,
