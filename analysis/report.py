@@ -6,6 +6,7 @@ every number is read from a record, re-aggregated only through ouroboros.metrics
   tasks.md / tasks.csv     per point x prompt category: the same, over that category's prompts
   speedup_vs_<param>.*     curves (gamma, K, W, N, G, max_new_tokens) where a sweep varies that parameter
   bars_<sweep>.*           speedup per point of each sweep (the ablation, the strategy comparison, ...)
+  speedup_vs_concurrency.*, latency_vs_throughput.*   served (load) sweeps
   pool_<point>.*           phrase-pool size and hit rates over a run, per prompt
 
 Knows nothing of models or Hydra.
@@ -148,13 +149,14 @@ def write_report(records: Sequence[Record], out: str | Path,
     (out / "table.csv").write_text(to_csv(rows))
     (out / "tasks.md").write_text(to_markdown(tasks))
     (out / "tasks.csv").write_text(to_csv(tasks))
-    figures = plots.all_figures(latest(records))
     written: dict[str, Path] = {}
-    for name, fig in figures.items():
-        for fmt in formats:
-            path = out / f"{name}.{fmt}"
-            fig.savefig(path, dpi=150, bbox_inches="tight")
-            if fmt == "png":
-                written[name] = path
-        plots.close(fig)
+    for name, fig in plots.iter_figures(latest(records)):   # one figure open at a time: each closed once saved
+        try:
+            for fmt in formats:
+                path = out / f"{name}.{fmt}"
+                fig.savefig(path, dpi=150, bbox_inches="tight")
+                if fmt == "png":
+                    written[name] = path
+        finally:
+            plots.close(fig)
     return written
