@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from analysis.report import table_rows, write_report
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.base import OuroborosError, cli
-from ouroboros.paths import check_out_dir
-from ouroboros.sinks import load_sweep_records
+from ouroboros.paths import check_not_inputs, check_out_dir, same_file
+from ouroboros.sinks import load_sweep_records, record_files
+
+TABLES = ("table.md", "table.csv", "tasks.md", "tasks.csv")
 
 
 @cli
@@ -20,6 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--format", nargs="+", default=["png", "svg"], choices=["png", "svg", "pdf"])
     args = ap.parse_args(argv)
     check_out_dir(args.out, "--out")
+    inputs = record_files(args.records)
+    out = Path(args.out)
+    # the tables' names, and any input in the folder named like a figure (their names depend on the records)
+    check_not_inputs([out / t for t in TABLES] + [f for f in inputs if f.suffix[1:] in args.format
+                                                  and same_file(f.parent, out)], inputs, "--out")
     records = load_sweep_records(args.records)
     if not records:
         raise OuroborosError(f"no records in {args.records!r}")

@@ -297,10 +297,10 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
                                  "the ids its tokens are decided in: the simulator's stand-in is in the surrogate's")
     if kind == "hf" and run.model.get("kind") in SIM_MODEL_KINDS:
         raise OuroborosError(f"model kind {run.model['kind']!r} is a simulator profile: use backend=sim")
-    if kind == "hf":
-        from ouroboros.models import check_device, parse_dtype
+    from ouroboros.models import check_device, parse_dtype
 
-        parse_dtype(run.backend.dtype)
+    parse_dtype(run.backend.dtype)   # a typo is refused on every backend, not only where it loads weights
+    if kind == "hf":
         check_device(run.backend.device)
         check_range("backend.threads", run.backend.threads, lo=0)
     if spec.needs_draft_model and "draft" in run.model and run.model["draft"] is None:
@@ -310,6 +310,8 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
                              f"{run.logger.wandb.mode!r}")
     if serving:
         check_serve(run)
+    if run.out is not None and not str(run.out).strip():
+        raise OuroborosError("out= is empty: give the records file's path, or out=null to write no records")
     check_outputs(run)
     return run
 
@@ -350,12 +352,28 @@ def check_sim(run: RunConfig) -> None:
     registry.part("sim", "setup")(run.model, run.hardware or {}, run.sim)
 
 
-def check_outputs(run: RunConfig) -> None:
-    """The record file and the wandb folder can be written (proved by creating them; nothing is left behind)."""
+def check_outputs(run: RunConfig, extra: list[tuple[str, str]] | None = None) -> None:
+    """The record file and the wandb folder can be written (proved by creating them; nothing is left behind); the
+    record file is a records file or new (not a device, a saved document, a dataset); no two files the run writes
+    (out, the strategy's *_save files, `extra`: e.g. tune.out) are one file, nor inside the wandb folder's."""
+    from ouroboros.paths import check_distinct, check_regular, inside, same_file
+    from ouroboros.sinks import check_records_file
+
     if run.out:
+        check_regular(run.out, "out", " (out=null: no records file)")
         check_writable(run.out, "out")
+        check_records_file(run.out, "out")
+    saves = [(f"strategy.params.{k}", v) for k, v in (run.strategy.params or {}).items()
+             if k.endswith("_save") and isinstance(v, str) and v]
+    outputs = [("out", run.out or ""), *saves, *(extra or [])]
+    check_distinct(outputs)
     if run.logger.wandb.mode != "disabled":
         check_writable(os.path.join(run.logger.wandb.dir, "wandb", ".ouroboros-check"), "logger.wandb.dir")
+        wandb_dir = run.logger.wandb.dir
+        for what, path in outputs:
+            if path and (same_file(path, wandb_dir) or inside(path, os.path.join(wandb_dir, "wandb"))):
+                raise OuroborosError(f"{what} {path!r} is in the wandb folder (logger.wandb.dir={wandb_dir!r}), "
+                                     "which wandb writes: pick a path outside it")
 
 
 # ----------------------------------------------------------------------------------------------- precedence
@@ -394,6 +412,11 @@ def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
         devices = run.sim.get("devices") or hw.get("devices")
         out.append(f"simulating the default hardware={hw.get('name')} ({devices} device(s), placement {placement}); "
                    "pick one with hardware=<a100|a800x2|h100|h200>")
+    if run.backend_kind == "sim" and keys & {"backend.dtype", "backend.device", "backend.threads"}:
+        typed = sorted(keys & {"backend.dtype", "backend.device", "backend.threads"})
+        raise OuroborosError(f"{', '.join(typed)} set(s) how real models run (backend=hf); the simulator's clock "
+                             f"takes the weights' dtype from sim.dtype (now {run.sim.get('dtype')}) and its devices "
+                             "from hardware= / sim.devices")
     if run.backend_kind == "sim":
         out += registry.part("sim", "notes")(run.sim, run.model, run.dataset, keys, run.hardware)
         if needs_stand_in(run.strategy.name, run.strategy.params):

@@ -1,7 +1,8 @@
 """The executor: measures points and turns their results into records. It keeps one session per pair and prompt
 set (ouroboros.session), measures each point's baseline first and once, claims points so parallel workers never
-measure one twice, resumes from the record store (ouroboros.store) at prompt granularity, pairs wall-clock times
-by process, interleaves points that share a session prompt by prompt, and runs served points under load.
+measure one twice, resumes from the record store (ouroboros.store) at prompt granularity (a strategy that keeps
+state across prompts: the whole point again), pairs wall-clock times by process, interleaves points that share a
+session prompt by prompt, and runs served points under load.
 
 Below the entry points (run, sweep, tune): it never parses a command line and never prints a table; a finished
 record goes to the store, the wandb mirror and `on_record`.
@@ -45,7 +46,7 @@ from ouroboros.record import Record
 from ouroboros.session import Session, open_session, pair_key, proposer_params, stock_models
 from ouroboros.sinks import RecordFile, WandbMirror, summary_line
 from ouroboros.store import FileStore, RecordStore
-from ouroboros.strategies import check_lengths, check_trees, get_spec, is_peer
+from ouroboros.strategies import carries_state, check_lengths, check_loaded, check_trees, get_spec, is_peer
 
 
 @dataclass
@@ -72,6 +73,8 @@ class Executor:
     _reuse: dict[str, set[str]] = field(default_factory=dict)
     _procs: dict[str, dict[str, str]] = field(default_factory=dict)
     _planned: set[str] = field(default_factory=set)
+    _stateful: set[str] = field(default_factory=set)   # points whose proposer keeps state across prompts
+    _base_records: dict[str, str] = field(default_factory=dict)   # point_id -> the record_id of its `_results`
 
     def session(self, run: RunConfig) -> Session:
         key = pair_key(run) + json.dumps(run.dataset, sort_keys=True, default=str)
@@ -97,9 +100,11 @@ class Executor:
                     from ouroboros.peers import check_peer_models
 
                     check_peer_models(name, stock_models(sess)[1], sess.eos_ids)
-                check_trees(name, sess.target, sess.draft if get_spec(name).needs_draft_model else None)
+                params = None if is_peer(name) else proposer_params(p.run)
+                check_trees(name, sess.target, sess.draft if get_spec(name).needs_draft_model else None, params)
                 if not is_peer(name):
                     check_lengths(name, strategy_params(name, p.run.strategy.params), sess.context)
+                    self.notes += [n for n in check_loaded(name, params, sess.target) if n not in self.notes]
                 for note in [*sess.notes, budget_note(p, sess, p.budgets(sess))]:
                     if note and note not in self.notes:
                         self.notes.append(note)
@@ -126,8 +131,10 @@ class Executor:
     def _plan_wall_clock(self, points: list[Point]) -> None:
         """Which wall-clock points a resumed run may reuse: a recorded point whose every prompt was timed in the
         same process as its baseline's (`paired_processes`); any other is measured again here, and so is its
-        baseline (for the prompts it decodes here). Simulated points are deterministic and reused freely."""
+        baseline (for the prompts it decodes here). Simulated points are deterministic and reused freely.
+        First `_plan_state`: which points keep no prompt of a stopped run at all."""
         self._planned.update(p.id for p in points)
+        self._plan_state(points)
         if not self.store.resuming:
             return
         index = self.store.index()
@@ -143,15 +150,33 @@ class Executor:
             base = self.store.finished_processes(bid)
             common = set(base)
             for q in deps:   # prompts q may keep: decoded by the process that decoded the baseline's
-                mine = self.store.finished_processes(q.id)
+                mine = {} if q.id in self._stateful else self.store.finished_processes(q.id)
                 common &= {k for k, proc in mine.items() if proc and base.get(k) == proc}
             for pid in [bid, *(q.id for q in deps)]:
                 self._reuse[pid] = set(common)
+
+    def _plan_state(self, points: list[Point]) -> None:
+        """A point whose strategy keeps state across prompts (`carries_state`: a phrase pool, a suffix tree, a
+        recycling matrix, a draft-length schedule) keeps no prompt a stopped run finished: resumed there, its
+        proposer would start the remaining prompts without what the earlier ones taught it, and its figures would
+        differ from an uninterrupted run's. It is measured whole again (a note says so when there are such prompts)."""
+        for p in points:
+            if not carries_state(p.run.strategy.name, p.run.strategy.params):
+                continue
+            self._stateful.add(p.id)
+            n = len(self.store.finished_prompts(p.id)) if self.store.resuming and self._done(p.id) is None else 0
+            note = (f"{p.label}: {p.run.strategy.name} keeps state across prompts, so the {n} prompt(s) a stopped "
+                    "run finished of it are decoded again with the rest (resumed, it would start them cold)")
+            if n and note not in self.notes:
+                self.notes.append(note)
 
     def run_point(self, point: Point) -> tuple[Record, bool]:
         """(record, measured now?) for `point`, measuring its baseline first when needed."""
         if point.id not in self._planned:   # a point `check` never saw (the tuner's later stages)
             self._plan_wall_clock([point])
+            for note in self.notes:
+                print(f"note: {note}", file=sys.stderr)
+            self.notes = []
         done = self._done(point.id)
         if done is not None:
             return done, False
@@ -173,6 +198,7 @@ class Executor:
                 with self._claim(bid) as other:
                     done = other if other is not None else self._measure(point.baseline_point(), None, None)
             self._results.setdefault(bid, done.result())
+            self._base_records.setdefault(bid, done.record_id)
         return self._results[bid]
 
     @contextlib.contextmanager
@@ -234,12 +260,14 @@ class Executor:
 
     def _finished(self, pid: str) -> dict[str, PromptResult]:
         """Prompts of point `pid` already decoded: by this executor, or (resuming) by a run stopped earlier. On a
-        wall clock, an earlier process's prompts only where `_plan_wall_clock` paired them with the baseline's."""
+        wall clock, an earlier process's prompts only where `_plan_wall_clock` paired them with the baseline's; of a
+        strategy that keeps state across prompts (`_plan_state`), none."""
         procs = self._procs.setdefault(pid, {})
         out = dict(self._kept.get(pid, {}))
         procs.update({k: self.process for k in out})
         earlier = self.store.finished_processes(pid) if pid in self._reuse else {}
-        for k, v in self.store.finished_prompts(pid).items():
+        stored = {} if pid in self._stateful else self.store.finished_prompts(pid)
+        for k, v in stored.items():
             if k in out:
                 continue
             if pid in self._redo and k not in self._reuse.get(pid, set()):
@@ -289,14 +317,15 @@ class Executor:
             result = run_prompts(self._runner(point, sess), [p.ids for p in sess.prompts], point.budgets(sess),
                                  [p.id for p in sess.prompts], run.warmup, self.progress, self._finished(point.id),
                                  self._keeper(point.id))
+        used = self._base_records.get(baseline_id) if baseline_id is not None else None
         if run.strategy.name == run.baseline:
-            base, baseline_id = result, point.id
-        self._results[point.id] = result
+            base, baseline_id, used = result, point.id, None
         self._redo.discard(point.id)
         rec = make_record(run, result, sess, label=point.label, baseline=base, baseline_id=baseline_id,
-                          sweep=self.sweep, step_records=self.step_records)
+                          sweep=self.sweep, step_records=self.step_records, baseline_record=used)
+        self._results[point.id], self._base_records[point.id] = result, rec.record_id
         if self.wall(run):   # which process timed each prompt, and whether the baseline's were timed alike
-            rec = self._timed_by(rec, point.id, baseline_id)
+            rec = self._timed_by(rec, point.id, baseline_id, base)
         with interrupts_deferred():   # a Ctrl-C here waits: the record and its wandb run land together
             self.store.save(rec)
             if self.mirror is not None:
@@ -306,16 +335,27 @@ class Executor:
             self.on_record(rec)
         return rec
 
-    def _timed_by(self, rec: Record, pid: str, baseline_id: str | None) -> Record:
+    def _timed_by(self, rec: Record, pid: str, baseline_id: str | None, base: RunResult | None) -> Record:
         """`rec` with the process that timed each prompt, and (against a baseline) whether the baseline's prompts
-        were timed by the same processes."""
+        were timed by the same processes. Prompts timed by two or more processes (a resumed point): how many, and
+        against another point's baseline, each process's own speedup (the baseline's time over this point's, on
+        the prompts that process timed): the record's speedup adds pairs timed under different loads."""
         procs = self._procs.get(pid, {})
         mine = {p["prompt_id"]: procs.get(p["prompt_id"], self.process) for p in rec.prompts}
         paired = None
         if baseline_id is not None:
             theirs = self._procs.get(baseline_id, {}) if baseline_id != pid else mine
             paired = all(theirs.get(k, self.process) == v for k, v in mine.items())
-        return dataclasses.replace(rec, processes=mine, paired_processes=paired)
+        rec = dataclasses.replace(rec, processes=mine, paired_processes=paired)
+        if len(rec.timed_by) < 2:
+            return rec
+        per = None
+        if base is not None and baseline_id != pid and rec.serving is None:
+            b = {q.prompt_id: q.elapsed_s for q in base.prompts}
+            t = {q["prompt_id"]: q["elapsed_s"] for q in rec.prompts}
+            per = {proc: sum(b[k] for k, v in mine.items() if v == proc)
+                   / sum(t[k] for k, v in mine.items() if v == proc) for proc in rec.timed_by}
+        return dataclasses.replace(rec, timed_in_processes=len(rec.timed_by), process_speedups=per)
 
 
 def make_executor(run: RunConfig, resume: bool, sweep: str) -> Executor:

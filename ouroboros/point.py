@@ -64,8 +64,9 @@ def request_id(prompt_id: str, round_: int) -> str:
 
 
 def make_record(run: RunConfig, result: RunResult, session: Session, *, label: str, baseline: RunResult | None,
-                baseline_id: str | None, sweep: str, step_records: bool) -> Record:
-    """The record of `result` (measured for `run` on `session`), against `baseline` when it has one."""
+                baseline_id: str | None, sweep: str, step_records: bool, baseline_record: str | None = None) -> Record:
+    """The record of `result` (measured for `run` on `session`), against `baseline` when it has one (the result of
+    the record `baseline_record` of point `baseline_id`)."""
     prompts = []
     categories = {q.id: q.category for q in session.prompts}
     prompt_ids = {q.id: q.ids for q in session.prompts}
@@ -93,7 +94,7 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
         diverged = divergences(baseline, result, prompt_ids, session.margin)
     return Record(
         schema=SCHEMA_VERSION, record_id=uuid.uuid4().hex, point_id=point_id(point_key(run)), baseline_id=baseline_id,
-        time=time.time(), sweep=sweep, label=label,
+        baseline_record=baseline_record, time=time.time(), sweep=sweep, label=label,
         max_new_tokens=budgets[0] if len(budgets) == 1 else budgets,   # the budget(s) the prompts had
         strategy=run.strategy.name, params=point_key(run)["strategy"]["params"], backend=session.backend,
         hardware=session.hardware, versions=versions(), config=dataclasses.asdict(run), totals=result.totals(),

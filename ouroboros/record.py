@@ -2,9 +2,10 @@
 
 `Record` is the one typed view of it. The executor builds it (`ouroboros.point.make_record`); sinks, analysis,
 the tuner, the sweep, Spec-Bench export and the simulators read its fields instead of string keys. On disk the
-layout is the JSON object `to_json` writes (keys in the order below; `sampled`, `serving`, `decisions`,
-`processes` and `paired_processes` only when set). `from_json` reads any record written before: a key it does not
-know is kept in `extra` (and written back by `to_json`), a key an older record lacks takes its default.
+layout is the JSON object `to_json` writes (keys in the order below; `baseline_record`, `sampled`, `serving`,
+`decisions`, `processes`, `paired_processes`, `timed_in_processes` and `process_speedups` only when set).
+`from_json` reads any record written before: a key it does not know is kept in `extra` (and written back by
+`to_json`), a key an older record lacks takes its default.
 
 The nested parts stay plain data: `totals` is `RunResult.totals()` and each of `prompts` is
 `PromptResult.summary()` plus the output (ouroboros.metrics defines every figure in them); `serving` is the served
@@ -27,7 +28,8 @@ from ouroboros.metrics import PromptResult, RunResult
 SCHEMA_VERSION = 2
 
 # written only when set (None): the layout records have always had
-_OPTIONAL = ("sampled", "serving", "decisions", "processes", "paired_processes")
+_OPTIONAL = ("baseline_record", "sampled", "serving", "decisions", "processes", "paired_processes",
+             "timed_in_processes", "process_speedups")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class Record:
     record_id: str = ""
     point_id: str = ""
     baseline_id: str | None = None            # the point this one's speedup is measured against
+    baseline_record: str | None = None        # the record_id of that point's record whose times the speedup used
     time: float = 0.0                         # when it was recorded (Unix seconds)
     sweep: str = ""
     label: str = ""                           # display name (strategy + params that differ from the defaults)
@@ -57,6 +60,8 @@ class Record:
     decisions: dict[str, Any] | None = None   # simulated points: token source and measured error band
     processes: dict[str, str] | None = None   # wall clock: prompt_id -> the process that timed it
     paired_processes: bool | None = None      # wall clock: every prompt timed by its baseline prompt's process
+    timed_in_processes: int | None = None     # wall clock, prompts timed by two or more processes: how many
+    process_speedups: dict[str, float] | None = None   # then: process -> the speedup over the prompts it timed
     extra: dict[str, Any] = field(default_factory=dict)     # keys this version does not know (kept as read)
 
     # ------------------------------------------------------------------------------------------- JSON
@@ -109,6 +114,14 @@ class Record:
     def dataset_name(self) -> str:
         d = self.config.get("dataset") or {}
         return str(d.get("name") or d.get("kind") or "?")
+
+    @property
+    def timed_by(self) -> dict[str, int]:
+        """Wall clock: process -> how many of the prompts it timed (in the order the prompts name them)."""
+        out: dict[str, int] = {}
+        for proc in (self.processes or {}).values():
+            out[proc] = out.get(proc, 0) + 1
+        return out
 
     def named(self, label: str, sweep: str) -> Record:
         """The same measurement under another sweep's label (a point two sweeps share)."""

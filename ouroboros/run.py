@@ -1,6 +1,7 @@
 """`python -m ouroboros.run [model=...] [strategy=...] [strategy.params.gamma=...]`: one point (one strategy)
 plus its vanilla baseline, both measured in this process; prints a table, appends JSONL records, mirrors them to
-wandb (offline by default).
+wandb (offline by default). It never resumes: a rerun measures both again and appends new records (stopped, it says
+so; `python -m ouroboros.sweep sweep=single` with the same overrides resumes from the records instead).
 
 An entry point only: it parses (ouroboros.cli) and hands over. The walk of one run goes downhill from here:
 cli (validated config) -> executor (checks, baseline, claims) -> session (backends, prompts) -> harness and the
@@ -19,6 +20,9 @@ from ouroboros.interrupts import counted
 from ouroboros.point import Point, label_of
 from ouroboros.record import Record
 from ouroboros.table import format_table
+
+# what the interrupt message says a rerun does (ouroboros.cli.entry): run measures afresh, the sweep resumes
+RERUN = "a rerun of ouroboros.run measures its points again (ouroboros.sweep sweep=single resumes from the records)"
 
 
 def run_one(run: RunConfig, notes: list[str] | None = None) -> list[Record]:
@@ -42,7 +46,7 @@ def run_one(run: RunConfig, notes: list[str] | None = None) -> list[Record]:
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     late: list[str] = []
-    entry(lambda: run_one(explicit_run(cfg, late), late))
+    entry(lambda: run_one(explicit_run(cfg, late), late), rerun=RERUN)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 - `RecordFile`: the JSONL record file (one JSON object per line, one line per point). Appends are atomic:
   one `os.write` of the whole line under an exclusive flock, then fsync; a line torn by a kill mid-write is
-  cut off by the next writer (and ignored by readers), so a record is either wholly there or not at all.
+  cut off by the next writer (and ignored by readers), so a record is either wholly there or not at all. A write
+  that fails (a full disk) is cut back off at once and raised as one OuroborosError line. A bad line is warned
+  about once per process (file, line number, the point it held where its bytes show it), however often it is read.
+  `check_records_file`: `out` is new, empty or a records file (checked before any work).
   `index()` maps point_id -> record (the resume index); `claim(point_id)` is a per-point lock so parallel
   workers (joblib) never measure the same point twice; its lock file (in `<records>.locks/`) is removed
   when the claim ends, and the folder with the last one.
@@ -17,10 +20,13 @@ Knows nothing of models, strategies or Hydra.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import glob
 import json
 import os
+import re
+import stat
 import time
 import warnings
 from collections.abc import Iterator
@@ -28,25 +34,60 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ouroboros.contracts import OuroborosError
 from ouroboros.metrics import pool_rates
 from ouroboros.record import Record
 
-
 # ----------------------------------------------------------------------------------------------- JSONL records
+# the bad lines (file, byte offset, length) already warned about: each is reported once per process, however often
+# the file is read (a resume reads it per point) and whether a reader skips it or a writer cuts it
+_reported: set[tuple[str, int, int]] = set()
+_POINT = re.compile(rb'"(point_id|of_point)"\s*:\s*"([^"\\]{1,64})"')
+_LABEL = re.compile(rb'"label"\s*:\s*"([^"\\]{1,120})"')
+
+
+def _whose(line: bytes) -> str:
+    """'point 3ed1443fdb5b8a6a (pld)' where the raw line shows whose it is (a prompt line: 'a prompt of point ...'),
+    else ''."""
+    m = _POINT.search(line)
+    if m is None:
+        return ""
+    label = _LABEL.search(line)
+    who = f"{'a prompt of ' if m.group(1) == b'of_point' else ''}point {m.group(2).decode('utf-8', 'replace')}"
+    return who + (f" ({label.group(1).decode('utf-8', 'replace')})" if label else "")
+
+
+def _first_report(where: str, offset: int, line: bytes) -> bool:
+    """Whether this bad line (of file `where`, at byte `offset`) is not yet reported in this process (it is now)."""
+    key = (os.path.realpath(where), offset, len(line))
+    new = key not in _reported
+    _reported.add(key)
+    return new
+
+
 def _parse_lines(data: bytes, where: str) -> list[dict]:
-    out, bad = [], 0
+    out, bad, new = [], [], False
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline; else a torn last line
-    bad += bool(tail.strip())
-    for line in lines:
+    offset = 0
+    for n, line in enumerate(lines, 1):
+        at, offset = offset, offset + len(line) + 1
         if not line.strip():
             continue
         try:
             out.append(json.loads(line))
-        except ValueError:   # JSONDecodeError (torn), UnicodeDecodeError (not UTF-8)
-            bad += 1
-    if bad:
-        warnings.warn(f"{where}: skipped {bad} undecodable or incomplete line(s)", stacklevel=3)
+        except ValueError as e:   # JSONDecodeError (torn), UnicodeDecodeError (not UTF-8)
+            why, whose = "not UTF-8" if isinstance(e, UnicodeDecodeError) else "not JSON", _whose(line)
+            bad.append(f"line {n} ({why}{', ' + whose if whose else ''})")
+            new |= _first_report(where, at, line)
+    if tail.strip():
+        whose = _whose(tail)
+        bad.append(f"line {len(lines) + 1} (incomplete: cut off by an interrupted write"
+                   f"{', ' + whose if whose else ''})")
+        new |= _first_report(where, offset, tail)
+    if bad and new:
+        warnings.warn(f"{where}: skipped {len(bad)} undecodable or incomplete line(s): {', '.join(bad)}",
+                      stacklevel=3)
     return out
 
 
@@ -90,22 +131,59 @@ def sweep_manifest(sweep: str, points: list[tuple[str, str]]) -> dict:
     return {"kind": "sweep_manifest", "sweep": sweep, "points": [list(p) for p in points], "time": time.time()}
 
 
+def record_files(path: str | os.PathLike) -> list[Path]:
+    """The records files `path` names: itself, or every .jsonl file under a folder (sorted)."""
+    p = Path(path)
+    if p.is_dir():
+        return sorted(p.rglob("*.jsonl"))
+    if not p.exists():
+        raise OuroborosError(f"no records at {str(path)!r}")
+    mode = p.stat().st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):   # /dev/zero, /dev/full: endless bytes, never a records file
+        raise OuroborosError(f"{str(path)!r} is a device, not a records file")
+    return [p]
+
+
 def read_lines(path: str | os.PathLike) -> list[dict]:
     """Every JSON line of a records file, or of every .jsonl file under a folder: point records, prompt results
     and sweep manifests alike."""
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(p.rglob("*.jsonl"))
-    elif p.exists():
-        files = [p]
-    else:
-        from ouroboros.backends.base import OuroborosError
-
-        raise OuroborosError(f"no records at {str(path)!r}")
     out: list[dict] = []
-    for f in files:
+    for f in record_files(path):
         out += [r for r in _parse_lines(f.read_bytes(), str(f)) if isinstance(r, dict)]
     return out
+
+
+_RECORD_START = re.compile(rb'\s*\{\s*"(schema|record_id|point_id|kind)"\s*:')
+
+
+def check_records_file(path: str | os.PathLike, what: str = "out") -> None:
+    """Raise OuroborosError (one line, naming the option `what`) when `path` is a non-empty file whose first line is
+    not a record, prompt line or manifest (a saved document, a dataset, a text file): appending would mix records
+    into it. Missing or empty: fine; devices and pipes: ouroboros.paths.check_regular."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        return   # a folder: check_writable says so
+    with open(p, "rb") as f:
+        head = f.read(1 << 20)
+    head = head.lstrip()
+    if not head:
+        return
+    first = head.partition(b"\n")[0]
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        ok = "point_id" in obj or "kind" in obj
+    else:   # a first line cut off by an interrupted write, corrupt, or longer than the window: how it starts
+        ok = obj is None and _RECORD_START.match(first) is not None
+    if not ok:
+        raise OuroborosError(f"{what}: {str(path)!r} exists and is not a records file (its first line is not a "
+                             "record): appending would mix records into it; remove it or pick another path")
 
 
 class RecordFile:
@@ -134,16 +212,27 @@ class RecordFile:
         return {r["point_id"]: r for r in self.records()}
 
     def append(self, record: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Append one line; a failed write (a full disk, ...) is cut back off and raised as one OuroborosError line,
+        so the file is as it was before the call."""
         line = (json.dumps(record, separators=(",", ":"), default=_json_default) + "\n").encode()
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise OuroborosError(f"out: cannot append to {str(self.path)!r} ({_why(e)}); nothing was written") from None
+        size = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            _cut_torn_tail(fd)
+            _cut_torn_tail(fd, str(self.path))
+            size = os.fstat(fd).st_size
             view = memoryview(line)
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
+        except OSError as e:
+            kept = size is not None and _truncate(fd, size)
+            raise OuroborosError(f"out: cannot append to {str(self.path)!r} ({_why(e)}); "
+                                 f"{'nothing was written' if kept else 'a rerun cuts the partial line'}") from None
         finally:
             os.close(fd)  # releases the flock
 
@@ -179,8 +268,23 @@ class RecordFile:
             os.close(fd)
 
 
-def _cut_torn_tail(fd: int) -> None:
-    """Drop a partial last line (left by a kill mid-write) so the next record starts on its own line."""
+def _why(e: OSError) -> str:
+    return e.strerror or (errno.errorcode.get(e.errno, "") if e.errno else "") or type(e).__name__
+
+
+def _truncate(fd: int, size: int) -> bool:
+    """Cut the file back to `size` bytes (a write that failed part-way); whether that worked."""
+    try:
+        if os.fstat(fd).st_size != size:
+            os.ftruncate(fd, size)
+        return True
+    except OSError:
+        return False
+
+
+def _cut_torn_tail(fd: int, where: str) -> None:
+    """Drop a partial last line (left by a kill mid-write) so the next record starts on its own line; warn unless
+    a reader has already reported that line."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return
@@ -188,8 +292,14 @@ def _cut_torn_tail(fd: int) -> None:
     chunk = os.pread(fd, back, size - back)
     cut = chunk.rfind(b"\n")
     keep = size - back + cut + 1 if cut >= 0 else (0 if back == size else size)
+    if keep == size:   # a last line longer than the window: left whole
+        return
+    tail = chunk[cut + 1:]
     os.ftruncate(fd, keep)
-    warnings.warn(f"dropped a torn record line ({size - keep} bytes) left by an interrupted write", stacklevel=3)
+    if _first_report(where, keep, tail):
+        whose = _whose(tail)
+        warnings.warn(f"{where}: dropped a torn record line ({size - keep} bytes{', ' + whose if whose else ''}) "
+                      "left by an interrupted write", stacklevel=3)
 
 
 def _json_default(o: Any) -> Any:

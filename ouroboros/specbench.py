@@ -70,9 +70,38 @@ def answers(rec: Record, model_id: str) -> list[dict]:
     return sorted(lines, key=lambda a: (str(type(a["question_id"])), a["question_id"]))
 
 
+def answer_path(out: str | Path, model_id: str, label: str) -> Path:
+    """Where a point's answer file goes: <out>/<model_id>-<label>.jsonl."""
+    from analysis.plots import slug
+
+    return Path(out) / f"{slug(model_id)}-{slug(label)}.jsonl"
+
+
+def check_answer_paths(records: list[Record], out: str | Path, model_id: str | None, inputs: list[Path]) -> None:
+    """Raise OuroborosError (one line) when an answer file would overwrite an input records file, or an existing file
+    that is not an answer file (its first line has no question_id and answer_id)."""
+    from analysis.report import latest
+    from ouroboros.paths import check_not_inputs
+
+    paths = [answer_path(out, model_id or r.model_name, r.label) for r in latest(records)]
+    check_not_inputs(paths, inputs, "--out")
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                first = f.read(1 << 20).lstrip().partition(b"\n")[0]
+        except OSError:
+            continue
+        try:
+            line = json.loads(first) if first else {}
+        except ValueError:
+            line = None
+        if not isinstance(line, dict) or (line and not {"question_id", "answer_id"} <= line.keys()):
+            raise OuroborosError(f"--out: {str(p)!r} exists and is not a Spec-Bench answer file: writing answers "
+                                 "would overwrite it; remove it or pick another folder")
+
+
 def write_answers(records: list[Record], out: str | Path, model_id: str | None = None) -> list[Path]:
     """One answer file per point (latest record per point_id): <out>/<model_id>-<label>.jsonl."""
-    from analysis.plots import slug
     from analysis.report import latest
 
     out = Path(out)
@@ -80,7 +109,7 @@ def write_answers(records: list[Record], out: str | Path, model_id: str | None =
     paths = []
     for rec in latest(records):
         mid = model_id or rec.model_name
-        path = out / f"{slug(mid)}-{slug(rec.label)}.jsonl"
+        path = answer_path(out, mid, rec.label)
         path.write_text("".join(json.dumps(a) + "\n" for a in answers(rec, f"{mid}-{rec.label}")))
         paths.append(path)
     return paths
@@ -95,12 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-id", default=None, help="model_id prefix (default: the model config's name)")
     args = ap.parse_args(argv)
     from ouroboros.paths import check_out_dir
-    from ouroboros.sinks import load_records
+    from ouroboros.sinks import load_records, record_files
 
     check_out_dir(args.out, "--out")
     records = load_records(args.records)
     if not records:
         raise OuroborosError(f"no records in {args.records!r}")
+    check_answer_paths(records, args.out, args.model_id, record_files(args.records))
     paths = write_answers(records, args.out, args.model_id)
     for p in paths:
         print(p)

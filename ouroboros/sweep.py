@@ -11,7 +11,11 @@ runs its own points; the joblib launcher runs jobs in parallel; `MultirunTable` 
 and prints one table at the end).
 
 Resume: a point whose point_id (ouroboros.config.point_key) already has a record is skipped; a kill at any
-moment loses at most the point being measured, and a rerun measures it once (ouroboros.sinks.RecordFile).
+moment loses at most the point being measured, and a rerun measures it once (ouroboros.sinks.RecordFile), keeping
+the prompts it had finished unless its strategy keeps state across prompts (then it is measured whole again:
+ouroboros.executor). A wall-clock point whose prompts were timed by two processes counts as resumed (the table says
+which process timed which); a resumed point measured against an earlier record of its baseline than the latest
+shows that record's row too (`with_used_baselines`).
 """
 
 from __future__ import annotations
@@ -209,7 +213,9 @@ def plan(base: list[str], choices: dict[str, Any], sweep: SweepConfig,
 
 
 def run_points(points: list[Point], ex: Executor) -> list[Record]:
-    records, measured = [], 0
+    """Check, then measure or resume every point; prints a line per point and how many were measured now and how
+    many resumed (a point measured now on top of prompts an earlier process timed counts as resumed)."""
+    records, measured, part = [], 0, 0
     ex.check(points)
     ex.interleave(points)   # real backends: every point's prompts first, prompt by prompt in turn
     bar = tqdm(points, desc="sweep", unit="point", disable=not ex.progress)
@@ -218,14 +224,37 @@ def run_points(points: list[Point], ex: Executor) -> list[Record]:
         if not now:
             rec = rec.named(p.label, ex.sweep)  # the same measurement, named as in this sweep
         measured += now
+        part += now and bool(rec.timed_in_processes)
         if not now and ex.console:
             tqdm.write(f"[{i}/{len(points)}] {p.label}: already recorded (point {p.id}), skipped")
         elif ex.console:
             tqdm.write(summary_line(rec, i, len(points)))
         records.append(rec)
     bar.close()
-    print(f"{measured} point(s) measured, {len(points) - measured} resumed from records")
+    print(f"{measured - part} point(s) measured, {len(points) - measured + part} resumed from records"
+          + (f" ({part} in part: prompts timed by two or more processes, see 'resumed:' below the table)"
+             if part else ""))
     return records
+
+
+def with_used_baselines(records: list[Record], out: str | None) -> list[Record]:
+    """The table's rows: `records`, each baseline row followed by the earlier records of that point a resumed row's
+    speedup was measured against (`Record.baseline_record`; the baseline was measured again since), read from
+    `out`, so that the times shown give the speedups shown."""
+    ids = {r.record_id for r in records}
+    want = {r.baseline_record for r in records if r.baseline_record and r.baseline_record not in ids}
+    if not want or not out or not os.path.exists(out):
+        return records
+    used = [r for r in load_records(out) if r.record_id in want]
+    rows = []
+    for r in records:
+        rows.append(r)
+        for u in (u for u in used if u.point_id == r.point_id and u.record_id not in ids):
+            users = [q.label for q in records if q.baseline_record == u.record_id]
+            whose = users[0] + (f" and {len(users) - 1} more" if len(users) > 1 else "")
+            rows.append(u.named(f"{r.label} (record {u.record_id[:8]}: {whose}'s baseline)", r.sweep))
+            ids.add(u.record_id)
+    return rows
 
 
 def sweep_main(cfg: DictConfig) -> list[Record]:
@@ -256,7 +285,7 @@ def sweep_main(cfg: DictConfig) -> list[Record]:
         if multirun:    # one table and one summary wandb run for the whole -m run: MultirunTable, at its end
             Path(hc.runtime.output_dir, "points.json").write_text(json.dumps([r.point_id for r in records]))
             return records
-        print(format_table(records))
+        print(format_table(with_used_baselines(records, run.out)))
         if run.out:
             print(f"records: {run.out}")
         if ex.mirror is None or not ex.mirror.enabled:
@@ -316,7 +345,7 @@ class MultirunTable(Callback):
         if not records:
             return
         print(f"multirun: {len(records)} point(s)")
-        print(format_table(records))
+        print(format_table(with_used_baselines(records, out)))
         print(f"records: {out}")
         entry(lambda: self._summary_run(config, records))
 

@@ -5,7 +5,8 @@ test models. `perturbed` makes a draft whose agreement with the target is set by
 `tiny_config(family, ...)` builds any family of FAMILIES from transformers' own config class for it
 (`AutoConfig.for_model`), shrunk to a few layers; `window` gives the families that have local attention
 (sliding windows, GPT-Neo's local layers) a window shorter than a test prompt. Families whose stock forward
-needs something beyond the common fields get it in `_EXTRA` (the layer pattern, the window's field name).
+needs something beyond the common fields get it in `_EXTRA` (the layer pattern, repeated over the layers; the
+window's field name).
 
 Knows nothing of strategies, backends or the loop.
 """
@@ -35,7 +36,7 @@ _EXTRA: dict[str, dict[str, Any]] = {
     "phi3": {"sliding_window": "{window}", "pad_token_id": None},
     "gpt2": {},
     "gpt_neox": {},
-    "gpt_neo": {"attention_types": [[["global", "local"], 1]], "window_size": "{window}"},
+    "gpt_neo": {"attention_types": ["global", "local"], "window_size": "{window}"},
     "opt": {"ffn_dim": 64, "word_embed_proj_dim": 32},
     "falcon": {"new_decoder_architecture": False, "multi_query": True, "alibi": False},
     "falcon_alibi": {"new_decoder_architecture": False, "multi_query": True, "alibi": True},
@@ -64,6 +65,9 @@ def tiny_config(family: str = "llama", vocab_size: int = 96, hidden_size: int = 
     if "layer_types" in extra:  # the pattern repeated over the layers
         pattern: list[str] = list(extra["layer_types"])
         extra["layer_types"] = [pattern[i % len(pattern)] for i in range(layers)]
+    if "attention_types" in extra:  # GPT-Neo's pattern, repeated over the layers in its own format: [[kinds], n]
+        kinds: list[str] = list(extra["attention_types"])
+        extra["attention_types"] = [[[kinds[i % len(kinds)]], 1] for i in range(layers)]
     cfg = AutoConfig.for_model(_MODEL_TYPE.get(family, family), **{**common, **extra})
     if hasattr(cfg, "n_positions"):  # gpt2-style names that the attribute map does not cover
         cfg.n_positions = max_positions

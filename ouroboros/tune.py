@@ -10,6 +10,7 @@ is `tune.metric` from the records (tokens/s by default, equivalent to speedup on
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ouroboros.backends.base import OuroborosError
 from ouroboros.cli import entry, explicit_run, hydra_cli
-from ouroboros.config import RunConfig, StrategyConfig, strategy_params, validate
+from ouroboros.config import RunConfig, StrategyConfig, check_outputs, strategy_params, validate
 from ouroboros.executor import Executor, make_executor
 from ouroboros.interrupts import counted
 from ouroboros.metrics import PromptResult, RunResult
@@ -29,6 +30,8 @@ from ouroboros.point import Point, label_of
 from ouroboros.record import Record
 from ouroboros.strategies import check_type, field_types
 from ouroboros.table import format_table
+
+TUNE_HEAD = b"# Chosen by `python -m ouroboros.tune`"   # the first line of every preset it writes
 
 
 @dataclass
@@ -81,6 +84,12 @@ def check_tune(run: RunConfig) -> None:
         raise OuroborosError(f"tune.metric {run.tune.metric!r} is not a record total; one of "
                              f"{', '.join(metric_names())}")
     check_writable(run.tune.out, "tune.out")
+    check_outputs(run, [("tune.out", run.tune.out)])   # not the records file, nor a strategy's save file
+    with contextlib.suppress(OSError), open(run.tune.out, "rb") as f:   # what is there is a preset tune wrote
+        head = f.read(4096).lstrip()
+        if head and not head.startswith(TUNE_HEAD):
+            raise OuroborosError(f"tune.out: {run.tune.out!r} exists and was not written by ouroboros.tune: writing "
+                                 "the chosen settings would overwrite it; remove it or pick another path")
 
 
 def with_params(run: RunConfig, params: dict[str, Any]) -> RunConfig:
@@ -126,7 +135,7 @@ def write_strategy_yaml(path: str | Path, run: RunConfig, params: dict[str, Any]
     sp = best.speedup
     model = run.model.get("name") or run.model.get("kind")
     data = run.dataset.get("name") or run.dataset.get("kind")
-    head = (f"# Chosen by `python -m ouroboros.tune` (the paper's Algorithm 1) for model {model}, dataset {data}, "
+    head = (f"{TUNE_HEAD.decode()} (the paper's Algorithm 1) for model {model}, dataset {data}, "
             f"backend {run.backend_kind}"
             f"{' on ' + str((run.hardware or {}).get('name')) if run.backend_kind == 'sim' else ''}, "
             f"max_new_tokens {run.max_new_tokens}:\n# {t['tokens_per_s']:.2f} tok/s"

@@ -3,6 +3,7 @@ directory (read back: it holds the metrics), disabled mode, the console line."""
 
 import glob
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ def test_append_index_and_torn_tail(tmp_path):
         f.write(b'{"point_id": "c", "x"')
     with pytest.warns(UserWarning, match="incomplete"):
         assert [r["point_id"] for r in rf.records()] == ["a", "b"]
-    with pytest.warns(UserWarning, match="torn"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # the read above already reported that line: its cut is not reported again
         rf.append({"point_id": "c", "x": 3})
     assert rf.path.read_bytes().count(b"\n") == 3
     assert [r["x"] for r in read_records(rf.path)] == [1, 2, 3]

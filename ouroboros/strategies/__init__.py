@@ -4,6 +4,9 @@ changes when a strategy is added.
 `build_proposer(name, params, target, draft)` validates `params` through the strategy's config dataclass
 (unknown keys and bad values -> OuroborosError, one line): each value's type against the field's annotation
 (`check_type`: int, float, bool, str, `X | None`, `list[int]`), then the dataclass's own __post_init__ ranges.
+Once the models are loaded and before anything is measured, the executor calls `check_trees` (which models a
+configuration gives token trees: `tree_models`), `check_lengths` (no draft as large as the context) and
+`check_loaded` (saved files against the model's vocabulary).
 """
 
 from __future__ import annotations
@@ -160,27 +163,69 @@ def needs_stand_in(name: str, params: dict[str, Any] | None) -> bool:
 
 # params that size a draft, window or tree in tokens: none can reach the model context
 LENGTH_PARAMS = ("gamma", "horizontal", "max_ngram", "min_ngram", "num_pred_tokens", "W", "N", "G", "K",
-                 "max_suffix", "min_suffix", "depth", "num_nodes")
+                 "max_suffix", "min_suffix", "depth", "num_nodes", "num_speculative_tokens",
+                 "suffix_decoding_max_tree_depth")
 
 
 def check_lengths(name: str, params: dict[str, Any], context: int) -> None:
-    """OuroborosError (one line, with the valid range) when a length param is not below the model context."""
+    """OuroborosError (one line, with the valid range) when a length param is not below the model context, or when
+    one step's draft can hold as many nodes as the context (the config's `draft_nodes()`: a tree of widths
+    [8, 8, 8, 8] is 4,680 nodes)."""
     for k in LENGTH_PARAMS:
         v = params.get(k)
         if context and isinstance(v, int) and not isinstance(v, bool) and v >= context:
             raise OuroborosError(f"strategy.params.{k}={v} for {name} does not fit the model context of {context} "
                                  f"tokens: use a value below {context}")
+    cfg = make_config(name, params)
+    if context and hasattr(cfg, "draft_nodes"):
+        nodes, how = cfg.draft_nodes()
+        if nodes >= context:
+            raise OuroborosError(f"strategy '{name}' drafts up to {nodes} nodes in one step ({how}), which does not "
+                                 f"fit the model context of {context} tokens: use a draft of fewer than {context} "
+                                 "nodes")
 
 
-def check_trees(name: str, target: Backend, draft: Backend | None = None) -> None:
-    """OuroborosError (one line) when the strategy may give a token tree to a model that scores chains only
-    (`Backend.tree_refusal`); run once the models are loaded, before anything is measured."""
+def tree_models(name: str, params: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The models ("target", "draft") that `name` with `params` gives token trees to score: its config's
+    `tree_models()` where the configuration decides it (suffix with use_tree_spec=false drafts one path), else the
+    proposer's. No params: the proposer's (any configuration)."""
+    spec = get_spec(name)
+    if params is None or isinstance(spec, PeerSpec):
+        return spec.tree_models
+    cfg = make_config(name, params)
+    return tuple(cfg.tree_models()) if hasattr(cfg, "tree_models") else spec.tree_models
+
+
+def chain_configurations() -> list[str]:
+    """What drafts chains only, in words: the chain strategies, then the chain configurations of tree strategies
+    (their config's `CHAINS`)."""
+    chains = {n: getattr(s.config, "CHAINS", "") for n, s in REGISTRY.items() if s.tree_models}
+    return [n for n, s in REGISTRY.items() if not s.tree_models] + [f"{n} with {c}" for n, c in chains.items() if c]
+
+
+def check_trees(name: str, target: Backend, draft: Backend | None = None,
+                params: dict[str, Any] | None = None) -> None:
+    """OuroborosError (one line) when the strategy, configured by `params` (None: any configuration), may give a
+    token tree to a model that scores chains only (`Backend.tree_refusal`); run once the models are loaded, before
+    anything is measured."""
+    trees = tree_models(name, params)
     for role, backend in (("target", target), ("draft", draft)):
-        why = backend.tree_refusal() if backend is not None and role in get_spec(name).tree_models else None
+        why = backend.tree_refusal() if backend is not None and role in trees else None
         if why:
-            chains = ", ".join(n for n, s in REGISTRY.items() if not s.tree_models)
             raise OuroborosError(f"strategy '{name}' scores token trees on the {role} model, which cannot take them "
-                                 f"({why}); strategies that draft chains only: {chains}")
+                                 f"({why}); what drafts chains only: {'; '.join(chain_configurations())}")
+
+
+def check_loaded(name: str, params: dict[str, Any] | None, target: Backend, draft: Backend | None = None) -> list[str]:
+    """The files the strategy reads whose fit depends on the model (a suffix cache's, a phrase pool's, a REST
+    datastore's vocabulary), checked against the loaded target before anything is measured: OuroborosError (one
+    line), or, for a file whose *_on_error=empty, a note saying that it starts empty instead (the executor prints
+    the notes once every check has passed)."""
+    spec = get_spec(name)
+    if isinstance(spec, PeerSpec):
+        return []
+    cfg = make_config(name, params)
+    return list(cfg.check_loaded(target.vocab_size)) if hasattr(cfg, "check_loaded") else []
 
 
 def build_proposer(name: str, params: dict[str, Any] | None, target: Backend, draft: Backend | None = None) -> Proposer:
@@ -188,10 +233,26 @@ def build_proposer(name: str, params: dict[str, Any] | None, target: Backend, dr
     if isinstance(spec, PeerSpec):
         raise OuroborosError(f"{name} is a peer (transformers' generate), not a strategy of the decode loop")
     cfg = make_config(name, params)
-    check_trees(name, target, draft)
+    check_trees(name, target, draft, dict(params or {}))
     return spec.proposer(cfg, target, draft)
 
 
 __all__ = ["NO_DATASTORE", "PEERS", "REGISTRY", "ChecksFiles", "DecodeState", "NeedsDatastore", "Proposer",
-           "build_proposer", "check_files", "check_trees", "check_type", "default_params", "field_types", "get_spec",
-           "is_peer", "make_config", "needs_stand_in"]
+           "build_proposer", "carries_state", "chain_configurations", "check_files", "check_loaded", "check_lengths",
+           "check_trees", "check_type", "default_params", "field_types", "get_spec", "is_peer", "make_config",
+           "needs_stand_in", "tree_models"]
+
+
+def carries_state(name: str, params: dict[str, Any] | None) -> bool:
+    """Whether `name` with `params` keeps state from one prompt to the next, so that a prompt's drafts depend on the
+    prompts the same run decoded before it: ouroboros' phrase pool with history, recycling's matrix with
+    keep_history, suffix's global tree (max_cached_requests > 0), speculative's hf draft-length schedule. A point of
+    such a strategy cannot resume at prompt granularity (the executor measures it again whole). The rest start every
+    prompt afresh: pld, cascade, vanilla, lookahead (its pool is cleared per prompt), rest (a static datastore) and
+    the peers (each `generate` call on its own; hf_assisted's schedule is set on a copy for the call)."""
+    if is_peer(name):
+        return False
+    p = {**default_params(name), **(params or {})}
+    state = {"ouroboros": bool(p.get("history")), "recycling": bool(p.get("keep_history")),
+             "suffix": bool(p.get("suffix_decoding_max_cached_requests")), "speculative": p.get("schedule") == "hf"}
+    return state.get(name, False)

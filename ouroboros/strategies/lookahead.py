@@ -47,6 +47,11 @@ class LookaheadConfig:
         if self.W < 1 or self.N < 2 or self.G < 0:
             raise OuroborosError(f"lookahead needs W >= 1, N >= 2, G >= 0; got W={self.W}, N={self.N}, G={self.G}")
 
+    def draft_nodes(self) -> tuple[int, str]:
+        """(the most nodes one draft holds, what sets it): G phrases and a window of W x (N - 1) probes."""
+        how = f"W={self.W} window columns and G={self.G} phrases, N - 1={self.N - 1} deep"
+        return (self.W + self.G) * (self.N - 1), how
+
 
 def hang_phrases(draft: Draft, phrases: list[Phrase], parent: int, max_len: int) -> list[list[int]]:
     """Trie-insert `phrases` (each cut to max_len) under node `parent` of `draft`, which must have no

@@ -35,8 +35,8 @@ from ouroboros.checks import check_range
 from ouroboros.contracts import SharesPool
 from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
-from ouroboros.paths import check_writable
-from ouroboros.phrase_pool import Phrase, PhrasePool, read_pool
+from ouroboros.phrase_pool import FORMAT, Phrase, PhrasePool, read_pool
+from ouroboros.saved import check_save
 from ouroboros.strategies.base import DecodeState, Proposer
 from ouroboros.strategies.lookahead import (
     LookaheadConfig,
@@ -73,6 +73,7 @@ class OuroborosConfig:
     pool_save: str | None = None   # save the pool after every prompt (needs history)
     pool_on_error: str = "raise"   # "raise" | "empty": what a missing/corrupt/incompatible pool_load does
     seed: int = 0
+    CHAINS = "phrase_drafting=false and either K <= 1 or lengthening=false"  # (not an option): drafts chains only
 
     def __post_init__(self) -> None:
         check_range("ouroboros.gamma", self.gamma, lo=1)
@@ -84,13 +85,38 @@ class OuroborosConfig:
         if self.pool_on_error not in ("raise", "empty"):
             raise OuroborosError(f"ouroboros.pool_on_error must be 'raise' or 'empty', got {self.pool_on_error!r}")
 
+    def tree_models(self) -> tuple[str, ...]:
+        """The models it gives token trees: the target when two or more phrases may hang at the trunk's tip, the
+        draft model when it runs lookahead windows (phrase_drafting)."""
+        return (("target",) if self.lengthening and self.K >= 2 else ()) + (("draft",) if self.phrase_drafting else ())
+
+    def draft_nodes(self) -> tuple[int, str]:
+        """(the most nodes one draft holds, what sets it): the target's (trunk + K branches of N - 1 tokens) or the
+        draft model's (its lookahead window and phrases), the larger."""
+        over = self.N - 2 if self.trunk_overshoot and self.phrase_drafting else 0
+        target = self.gamma + over + (self.K * (self.N - 1) if self.lengthening else 0)
+        drafter = (self.W + self.G) * (self.N - 1) if self.phrase_drafting else 0
+        if drafter > target:
+            return drafter, (f"the draft model's lookahead: W={self.W} window columns and G={self.G} phrases, "
+                             f"N - 1={self.N - 1} deep")
+        return target, (f"a trunk of up to {self.gamma + over} tokens and K={self.K} phrases of N - 1={self.N - 1} "
+                        "tokens")
+
+    def check_loaded(self, vocab_size: int) -> list[str]:
+        """pool_load against the model's vocabulary, before anything is measured: OuroborosError, or (with
+        pool_on_error=empty) the note that the run starts from an empty pool."""
+        if not self.pool_load:
+            return []
+        why = PhrasePool().load(self.pool_load, {"vocab_size": vocab_size}, self.pool_on_error)
+        return [f"ouroboros.pool_load: {why}; starting from an empty pool (pool_on_error=empty)"] if why else []
+
     def check_files(self) -> None:
         """pool_load parses (unless pool_on_error=empty: then a bad file starts an empty pool); pool_save is
         writable. The vocabulary is checked later, once the model is known."""
         if self.pool_load and self.pool_on_error == "raise":
             read_pool(self.pool_load)
         if self.pool_save:
-            check_writable(self.pool_save, "ouroboros.pool_save")
+            check_save(self.pool_save, "ouroboros.pool_save", "phrase pool", FORMAT)
 
 
 def coherent_runs(trunk: list[int], preds: list[int], start: int) -> list[tuple[int, list[int]]]:

@@ -63,11 +63,15 @@ class RecyclingConfig:
     tree: list[list[int]] | None = None    # template as index paths (null: the paper's, unless widths is given)
     widths: list[int] | None = None        # or a full tree: children per node at each level, e.g. [4, 2, 1]
     keep_history: bool = True              # the matrix outlives prompts (the paper's hot start)
+    CHAINS = "a one-path template (widths of 1s)"  # (not an option) the configurations that draft chains only
 
     def __post_init__(self) -> None:
         check_range("recycling.k", self.k, lo=1)
         if self.tree is not None and self.widths is not None:
             raise OuroborosError("recycling takes a tree template as `tree` (index paths) or `widths`, not both")
+        if self.tree is not None and not self.tree:
+            raise OuroborosError("recycling.tree must be a non-empty list of index paths (null: the paper's tree), "
+                                 "got []")
         if self.widths is not None and (not self.widths or min(self.widths) < 1 or max(self.widths) > self.k):
             raise OuroborosError(f"recycling.widths must be a non-empty list of widths in 1..k={self.k}, got "
                                  f"{self.widths}")
@@ -90,6 +94,16 @@ class RecyclingConfig:
         if len(seen) != len(paths):
             raise OuroborosError("recycling.tree repeats a path")
         return sorted(paths, key=lambda p: (len(p), p))
+
+    def tree_models(self) -> tuple[str, ...]:
+        """The models it gives token trees: none when the template is one path (no two nodes at one depth)."""
+        depths = [len(p) for p in self.template()]
+        return ("target",) if len(set(depths)) < len(depths) else ()
+
+    def draft_nodes(self) -> tuple[int, str]:
+        """(the most nodes one draft holds, what sets it): the template's size."""
+        how = f"widths={self.widths}" if self.widths is not None else "tree" if self.tree else "the paper's tree"
+        return len(self.template()), f"the template of {how}"
 
 
 def widths_template(widths: list[int]) -> list[tuple[int, ...]]:

@@ -43,6 +43,7 @@ class RestConfig:
     depth: int = 8                   # continuation length retrieved (draft depth cap)
     num_nodes: int = 32              # tree cap (REST verifies up to 64 candidate tokens on a GPU; CPU: fewer)
     max_occurrences: int = 256       # occurrences whose continuations are counted
+    CHAINS = "num_nodes=1"           # (not an option) the configuration that drafts chains only
 
     def __post_init__(self) -> None:
         if self.datastore and self.corpus:
@@ -56,6 +57,18 @@ class RestConfig:
         """The datastore exists and parses (loaded once: the proposer reuses it)."""
         if self.datastore:
             _load(self.datastore)
+
+    def tree_models(self) -> tuple[str, ...]:
+        """The models it gives token trees: none when a draft is one node (num_nodes=1)."""
+        return ("target",) if self.num_nodes > 1 else ()
+
+    def check_loaded(self, vocab_size: int) -> list[str]:
+        """The datastore's (or corpus') tokens against the model's vocabulary, before anything is measured."""
+        top = _load(self.datastore).max_token if self.datastore else max(self.corpus, default=-1)
+        if top >= vocab_size:
+            raise OuroborosError(f"REST {'datastore' if self.datastore else 'corpus'} holds token {top}, outside the "
+                                 f"model's vocabulary [0, {vocab_size}): built with another tokenizer?")
+        return []
 
 
 @functools.lru_cache(maxsize=4)

@@ -17,6 +17,7 @@ for the same reason as the constant schedule.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -91,6 +92,10 @@ class SpeculativeConfig:
         if self.schedule not in SCHEDULES:
             raise OuroborosError(f"speculative.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         check_range("speculative.draft_temperature", self.draft_temperature, lo=0)
+        if math.isinf(self.draft_temperature):   # inf flattens q to uniform: not a drafter
+            raise OuroborosError("speculative.draft_temperature must be a finite number >= 0, got inf")
+        check_range("speculative.draft_top_p", self.draft_top_p, lo=0, hi=1, lo_open=True)
+        check_range("speculative.draft_top_k", self.draft_top_k, lo=0)
 
 
 def check_pair(target: Backend, draft: Backend | None, who: str) -> Backend:

@@ -32,6 +32,7 @@ This module knows nothing of models, the loop or sinks; the proposer below feeds
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,8 +40,7 @@ from typing import Any
 from ouroboros.backends.base import Backend, OuroborosError
 from ouroboros.checks import check_range
 from ouroboros.draft import Draft
-from ouroboros.paths import check_writable
-from ouroboros.saved import read_doc, write_doc
+from ouroboros.saved import check_save, read_doc, write_doc
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 from ouroboros.strategies.stats import PoolUse
 from ouroboros.verify import Verdict
@@ -62,12 +62,16 @@ class SuffixConfig:
     cache_load: str | None = None   # load a saved global tree at start
     cache_save: str | None = None   # save the global tree after every prompt
     cache_on_error: str = "raise"   # "raise" | "empty": what a missing / corrupt / incompatible cache_load does
+    CHAINS = "use_tree_spec=false"  # (not an option) the configuration that drafts chains only
 
     def __post_init__(self) -> None:
         check_range("suffix.suffix_decoding_max_tree_depth", self.suffix_decoding_max_tree_depth, lo=1)
         if self.num_speculative_tokens is not None:
             check_range("suffix.num_speculative_tokens", self.num_speculative_tokens, lo=1, note=" (or null)")
         check_range("suffix.suffix_decoding_max_spec_factor", self.suffix_decoding_max_spec_factor, lo=0)
+        if math.isinf(self.suffix_decoding_max_spec_factor):   # int(m x inf) overflows
+            raise OuroborosError("suffix.suffix_decoding_max_spec_factor must be a finite number >= 0, got inf (a "
+                                 "factor of the draft's token cap or more already caps nothing)")
         check_range("suffix.suffix_decoding_min_token_prob", self.suffix_decoding_min_token_prob, lo=0, hi=1)
         check_range("suffix.suffix_decoding_max_cached_requests", self.suffix_decoding_max_cached_requests, lo=0)
         if (self.cache_load or self.cache_save) and self.suffix_decoding_max_cached_requests == 0:
@@ -80,13 +84,30 @@ class SuffixConfig:
     def max_spec_tokens(self) -> int:
         return self.num_speculative_tokens or self.suffix_decoding_max_tree_depth
 
+    def tree_models(self) -> tuple[str, ...]:
+        """The models it gives token trees: none when it drafts one path (use_tree_spec=false)."""
+        return ("target",) if self.use_tree_spec else ()
+
+    def check_loaded(self, vocab_size: int) -> list[str]:
+        """cache_load against the model's vocabulary, before anything is measured: OuroborosError, or (with
+        cache_on_error=empty) the note that the run starts from an empty cache."""
+        if not self.cache_load:
+            return []
+        try:
+            read_cache(self.cache_load, {"vocab_size": vocab_size})
+        except OuroborosError as e:
+            if self.cache_on_error == "raise":
+                raise
+            return [f"suffix.cache_load: {e}; starting from an empty cache (cache_on_error=empty)"]
+        return []
+
     def check_files(self) -> None:
         """cache_load parses (unless cache_on_error=empty); cache_save is writable. The vocabulary is checked once
         the model is known."""
         if self.cache_load and self.cache_on_error == "raise":
             read_cache(self.cache_load, {})
         if self.cache_save:
-            check_writable(self.cache_save, "suffix.cache_save")
+            check_save(self.cache_save, "suffix.cache_save", "suffix cache", FORMAT)
 
 
 # ---------------------------------------------------------------------------------------------- the tree
