@@ -76,6 +76,9 @@ def load_backends(run: RunConfig) -> tuple[Backend, Backend | None, Any, tuple[i
 
     if run.backend.threads:
         torch.set_num_threads(run.backend.threads)
+    if run.model.get("kind") != "tiny" and run.logger.console:   # real weights: converting and loading take minutes
+        what = run.model["target"] if isinstance(run.model.get("target"), str) else run.model.get("kind")
+        print(f"loading {what} ({run.backend.dtype} on {run.backend.device}) ...", file=sys.stderr, flush=True)
     loaded = load_pair(run.model, dtype=run.backend.dtype, device=run.backend.device)
     target = HFBackend(loaded.target, name="target")
     draft = HFBackend(loaded.draft, name="draft") if loaded.draft is not None else None

@@ -97,3 +97,18 @@ def test_a_stopped_point_resumes_at_prompt_granularity(tmp_path, monkeypatch):
     assert run_module("ouroboros.sweep", *common, f"out={clean}", tmp=tmp_path).code == 0
     assert [p["output"] for p in resumed["prompts"]] == [p["output"] for p in read_records(clean)[-1]["prompts"]]
     assert resumed["identical_to_baseline"] == "4/4" and len(resumed["prompts"]) == 4
+
+
+def test_a_real_pair_says_it_is_loading_before_the_long_wait(tmp_path):
+    """Issue 59: a real run sat for minutes with no output while its weights converted and loaded; it now says what
+    it loads first (one plain stderr line, console on), and nothing with logger.console=false."""
+    from test_models import save_tiny
+
+    t = save_tiny(tmp_path / "t")
+    args = ["model=hf", f"model.target={t}", "model.draft=null", "strategy=vanilla", "baseline=null",
+            "dataset.num_prompts=1", "dataset.prompt_len=8", "max_new_tokens=4", "logger=quiet", "out=null"]
+    res = run_module("ouroboros.run", *args, "logger.console=true", tmp=tmp_path)
+    assert res.code == 0, res.err
+    assert f"loading {t} (float32 on cpu) ..." in res.err.splitlines()
+    quiet = run_module("ouroboros.run", *args, tmp=tmp_path)
+    assert quiet.code == 0 and "loading" not in quiet.err
