@@ -26,6 +26,7 @@ from typing import Any
 
 from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.datasets import render, select_records
+from ouroboros.paths import check_out_dir
 from ouroboros.sources import Awaited, Record
 from ouroboros.workloads import NOT_IN_KEY, answers_file, answers_key, read_meta
 
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     model = check_model(run)
     tokens = {a.folder: a.tokens for a in awaited}
+    for folder in folders:   # every folder writable before any is claimed (nothing made if one is not)
+        check_out_dir(folder, "dataset.answers_dir")
     for folder in folders:
         claim_folder(Path(folder), answers_meta(model, run.backend.dtype, run.backend.device, tokens[folder]))
     print(f"{len(awaited)} turn-1 answers to decode for {n} requests, into {', '.join(folders)}", flush=True)

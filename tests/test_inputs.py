@@ -65,6 +65,10 @@ ROWS = [
     ("ouroboros.run", ["dataset=mix", "dataset.parts.codeedit.chat=false"], "sets chat; set dataset.chat on the mix"),
     ("ouroboros.answers", ["selfrefine"], "expected Hydra overrides (key=value)"),
     ("ouroboros.answers", ["dataset=codeedit"], "needs no turn-1 answers"),
+    ("ouroboros.answers", ["model=qwen_coder", "dataset=selfrefine", "dataset.sources=[humaneval]", "dataset.limit=1",
+                           "dataset.answers_dir={tmp}/garbage.txt"], "dataset.answers_dir: "),
+    ("ouroboros.answers", ["model=qwen_coder", "dataset=selfrefine", "dataset.sources=[humaneval]", "dataset.limit=1",
+                           "dataset.answers_dir=/proc/nope"], "dataset.answers_dir: cannot write in '/proc/nope'"),
     ("ouroboros.answers", ["model=tiny", "dataset=selfrefine", "dataset.sources=[humaneval]"],
      "model=tiny has no tokenizer"),
     # the simulator: a pair that does not fit says what to type
