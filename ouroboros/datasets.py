@@ -153,6 +153,11 @@ def select_records(dataset: dict[str, Any], seed: int = 0) -> tuple[list[Record]
     cfg = dict(dataset)
     kind = cfg.pop("kind", None)
     if kind == "synthetic":
+        for key in ("num_prompts", "prompt_len"):
+            value = cfg.get(key, 1)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise OuroborosError(f"dataset.{key} must be an int, got {value!r}")
+            check_range(f"dataset.{key}", value, lo=1)
         return [], {}
     if kind not in RECORD_LOADERS:
         raise OuroborosError(f"unknown dataset kind {kind!r}; known: synthetic, {', '.join(RECORD_LOADERS)}")

@@ -179,6 +179,9 @@ ROWS = [
     # issue 59: accepted silently before
     ("ouroboros.run", ["model=tiny", "backend=hf", "sampling.temperature=inf"], "must be a finite number >= 0"),
     ("ouroboros.run", ["out="], "out= is empty"),
+    ("ouroboros.run", ["dataset.num_prompts=0"], "dataset.num_prompts must be >= 1, got 0"),
+    ("ouroboros.run", ["dataset.prompt_len=0"], "dataset.prompt_len must be >= 1, got 0"),
+    ("ouroboros.run", ["dataset.num_prompts=x"], "dataset.num_prompts must be an int, got 'x'"),
     ("ouroboros.run", ["backend.dtype=float7"], "unknown dtype 'float7'"),
     ("ouroboros.run", ["backend.dtype=float32"], "the simulator's clock takes the weights' dtype from sim.dtype"),
     ("ouroboros.sweep", ["sweep=single", "backend.threads=2"], "backend.threads set(s) how real models run"),
