@@ -432,7 +432,8 @@ def main(a: Any, out=print) -> int:
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
-        f.write("# Written by `python -m simulators calibrate bands` (simulators/calibration/bands.py): per kind "
+        f.write("# GENERATED (do not edit by hand): written by "
+                "`python -m simulators calibrate bands` (simulators/calibration/bands.py): per kind "
                 "of decision source and\n# strategy, the half-width of the central 80% of relative errors measured on "
                 "figures "
                 "the source was not\n# fitted to. Read by simulators/trust.py: every simulated record, table and "

@@ -127,7 +127,8 @@ def main(a: Any, out=print) -> int:
     doc = {"level": LEVEL, "tasks": dict(sorted(tasks.items()))}
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
-        f.write("# Written by `python -m simulators calibrate floor` (simulators/calibration/floor.py): per task and "
+        f.write("# GENERATED (do not edit by hand): written by "
+                "`python -m simulators calibrate floor` (simulators/calibration/floor.py): per task and "
                 "strategy, how far the\n# real eta, token/s and speedup of k random prompts stray from all recorded "
                 "ones (80% quantile). Read by\n# simulators/trust.py: a simulated record's band on N prompts is at "
                 "least the floor at the largest k <= N.\n")
