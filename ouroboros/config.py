@@ -418,7 +418,7 @@ def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
                              f"takes the weights' dtype from sim.dtype (now {run.sim.get('dtype')}) and its devices "
                              "from hardware= / sim.devices")
     if run.backend_kind == "sim":
-        out += registry.part("sim", "notes")(run.sim, run.model, run.dataset, keys, run.hardware)
+        out += registry.part("sim", "notes")(run.sim, run.model, run.dataset, keys, run.hardware, run.max_new_tokens)
         if needs_stand_in(run.strategy.name, run.strategy.params):
             out.append(registry.part("sim", "rest_stand_in")(run.sim, run.model).note(run.sim))
     return out

@@ -120,7 +120,8 @@ def sim_decisions(run: RunConfig, prompts: int | None = None) -> dict[str, Any]:
     """A simulated record's `decisions`: where its tokens come from and its strategy's measured error band (on a
     run of `prompts` prompts: at least how far that many real prompts stray from their task's); a REST point on the
     simulator's stand-in datastore says so (`rest_datastore`)."""
-    out = registry.part("sim", "decisions")(run.sim, run.strategy.name, run.dataset, run.hardware, prompts)
+    out = registry.part("sim", "decisions")(run.sim, run.strategy.name, run.dataset, run.hardware, prompts,
+                                            run.max_new_tokens)
     if stand_in(run):
         out["rest_datastore"] = registry.part("sim", "rest_stand_in")(run.sim, run.model).record(run.sim)
     return dict(out)

@@ -311,13 +311,33 @@ def _json_default(o: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------- console
-def band_text(rec: Record, metric: str) -> str | None:
+# the least each figure with a band can take: a band is clipped there (eta counts the tokens of a forward: >= 1)
+BAND_FLOORS = {"block_efficiency": 1.0, "speedup": 0.0, "tokens_per_s": 0.0}
+BAND_NAMES = {"block_efficiency": "eta", "speedup": "speedup", "tokens_per_s": "tok/s"}
+
+
+def band_span(rec: Record, metric: str) -> tuple[float, float, bool] | None:
+    """(low, high, clipped): the figure x (1 -/+ its measured band), the low end clipped at what the figure can take
+    (BAND_FLOORS: eta >= 1, a speedup >= 0); None without a measured band (or a figure)."""
+    b = rec.band(metric)
+    v = rec.speedup if metric == "speedup" else rec.totals.get(metric)
+    if b is None or v is None:
+        return None
+    low, floor = v * (1 - b), BAND_FLOORS.get(metric, 0.0)
+    return max(low, floor), v * (1 + b), low < floor
+
+
+def band_text(rec: Record, metric: str, mark: str = "") -> str | None:
     """'±24%' (a simulated record's measured error band of `metric`), '?' (simulated, unmeasured) or None (a real
-    measurement: no band)."""
+    measurement: no band); `mark` appended where the band reaches below what the figure can take (band_span: it is
+    clipped there, the ± staying the measured error)."""
     if rec.decisions is None:
         return None
     b = rec.band(metric)
-    return "?" if b is None else f"±{b:.0%}"
+    if b is None:
+        return "?"
+    span = band_span(rec, metric)
+    return f"±{b:.0%}" + (mark if span and span[2] else "")
 
 
 def summary_line(rec: Record, done: int | None = None, total: int | None = None) -> str:
@@ -335,8 +355,11 @@ def summary_line(rec: Record, done: int | None = None, total: int | None = None)
                 f", {sv['requests']} requests{tail}")
     d = rec.decisions
 
-    def pm(metric: str) -> str:   # a simulated figure's measured band
-        return "" if d is None else f" {band_text(rec, metric)}"
+    def pm(metric: str) -> str:   # a simulated figure's measured band, and its range where clipped
+        span = band_span(rec, metric)
+        clip = (f" ({span[0]:.2f}-{span[1]:.2f}, clipped at {BAND_NAMES[metric]} {BAND_FLOORS[metric]:g})"
+                if span and span[2] else "")
+        return "" if d is None else f" {band_text(rec, metric)}{clip}"
 
     src = f" [decisions: {d['label']}]" if d else ""
     return (f"{head}{rec.label}: {t['tokens_per_s']:.1f} tok/s, speedup "

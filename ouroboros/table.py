@@ -1,9 +1,10 @@
 """The console table a run, a sweep or the tuner prints at the end: one row per record (tokens, seconds, tok/s,
-speedup, Spec-Bench speedup, eta, A, #Match, identical outputs; simulated points add their measured error bands and
-a rank), the settings every row shares above it, served points' latencies, ours/peer ratios and divergences below,
-and a note for each row whose figures need one: prompts timed by two or more processes (a resumed wall-clock point),
-a speedup measured against another record of its baseline than the one shown. Names are never cut: the point column
-widens to the longest.
+speedup, Spec-Bench speedup, eta, A, #Match, identical outputs; simulated points add their measured error bands,
+clipped where they reach below what the figure can take; a rank among the points of one baseline where two of them
+compare, its legend saying how: `speedup_ranks`), the settings every row shares above it, served points'
+latencies, ours/peer ratios and divergences below, and a note for each row whose figures need one: prompts timed by
+two or more processes (a resumed wall-clock point), a speedup measured against another record of its baseline than
+the one shown. Names are never cut: the point column widens to the longest.
 
 Reads `Record`s only; every figure comes from the record (computed once, by ouroboros.metrics). The analysis
 package writes the Markdown / CSV tables from the same records (analysis.report).
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from ouroboros.config import strategy_params
 from ouroboros.peer_configs import PEERS
 from ouroboros.record import Record
-from ouroboros.sinks import band_text
+from ouroboros.sinks import BAND_FLOORS, BAND_NAMES, band_span, band_text
 
 
 def _budget(rec: Record) -> str:
@@ -61,56 +62,96 @@ def settings_lines(records: list[Record]) -> list[str]:
                    + "; python -m simulators calibrate floor)") if floored else ""
         lines.append("±: the central 80% of the errors measured for this source and strategy (the largest where "
                      "fewer than 3)" + (f" ({'; '.join(measured)})" if measured else "") + widened
-                     + "; ?: not measured. rank: by speedup, '=' where bands overlap (a tie, not an order)")
+                     + "; ?: not measured")
     return lines
 
 
 def decisions_text(rec: Record) -> str:
+    """A simulated record's source of decisions, and where its profile ran off the setting it was fitted on, that
+    its band was measured at the fitted one (simulators.trust.off_fit)."""
     d = rec.decisions or {}
-    return f"{d['label']}, {d['fitted_to']}"
+    off = d.get("off_fit") or {}
+    keys = [k for k in ("task", "hardware", "max_new_tokens") if k in off]
+
+    def side(which: str) -> str:
+        return ", ".join(f"{off[k][which]}{' new tokens' if k == 'max_new_tokens' else ''}" for k in keys)
+
+    outside = f"; band measured at {side('fitted')}, not at this run's {side('run')}" if keys else ""
+    return f"{d['label']}, {d['fitted_to']}{outside}"
 
 
 def speedup_ranks(records: list[Record]) -> list[str]:
-    """Per record: its rank by speedup among the records of its baseline, counting only the points whose whole band
-    lies above its own ('=' marks a rank it shares: overlapping bands are a tie); '?' without a measured band."""
-    def interval(r: Record) -> tuple[float, float] | None:
-        sp, b = r.speedup, r.band("speedup")
-        return None if sp is None or b is None else (sp * (1 - b), sp * (1 + b))
-
-    spans = [interval(r) for r in records]
+    """Per record: its rank by speedup among the records of its baseline (a group: one baseline point). A simulated
+    point with a measured band: 1 + the number of points of its group whose whole band (band_span: speedup x (1 -/+
+    band), clipped at 0) lies above its own, '=' in front where another point's band overlaps its own (a tie, not an
+    order); '?' without a measured band (not ranked, nor counted above or below anyone). A wall-clock point (no
+    band): 1 + the number of wall-clock points of its group with a higher measured speedup. '-': no speedup, or no
+    other point of its kind in its group to rank against."""
+    spans = {id(r): sp for r in records if (sp := band_span(r, "speedup"))}
+    speeds = {id(r): r.speedup for r in records if r.decisions is None and r.speedup is not None}
+    kind = {id(r): "band" if id(r) in spans else "real" if id(r) in speeds else None for r in records}
     ranks = []
-    for r, me in zip(records, spans, strict=True):
-        if me is None:
-            ranks.append("?" if r.decisions else "-")
-            continue
-        peers = [s for q, s in zip(records, spans, strict=True) if s is not None and q.baseline_id == r.baseline_id]
-        ranks.append(str(1 + sum(s[0] > me[1] for s in peers)))
-    shared = {k for k in ranks if k.isdigit() and ranks.count(k) > 1}
-    return ["=" + k if k in shared else k for k in ranks]
+    for r in records:
+        peers = [id(q) for q in records if q is not r and q.baseline_id == r.baseline_id and kind[id(q)] == kind[id(r)]]
+        if kind[id(r)] is None or not peers:   # a simulated speedup without a measured band: '?'
+            ranks.append("?" if kind[id(r)] is None and r.speedup is not None else "-")
+        elif kind[id(r)] == "real":
+            ranks.append(str(1 + sum(speeds[q] > speeds[id(r)] for q in peers)))
+        else:
+            lo, hi, _ = spans[id(r)]
+            tie = any(spans[q][0] <= hi and lo <= spans[q][1] for q in peers)
+            ranks.append(("=" if tie else "") + str(1 + sum(spans[q][0] > hi for q in peers)))
+    return ranks
+
+
+def rank_legend(records: list[Record], ranks: list[str]) -> str:
+    """What the rank column means (speedup_ranks), naming only the kinds of rank the table shows."""
+    kinds = {r.decisions is None for r, k in zip(records, ranks, strict=True) if k[-1:].isdigit()}
+    parts = []
+    if False in kinds:
+        parts.append(("simulated points: " if True in kinds else "") + "1 + how many points have their whole speedup "
+                     "band (speedup x (1 ± its ±), clipped at 0) above this point's whole band; '=': another point's "
+                     "band overlaps this one's (a tie, not an order)")
+    if True in kinds:
+        parts.append(("wall-clock points (no band): " if False in kinds else "by measured speedup (wall clock: no "
+                      "band): ") + "1 + how many wall-clock points have a higher speedup")
+    if "?" in ranks:
+        parts.append("?: no measured band: not ranked, nor counted above or below any point")
+    if "-" in ranks:
+        parts.append("-: no speedup, or no other point of its baseline to rank against")
+    return "rank, within the points measured against one baseline: " + "; ".join(parts)
 
 
 def format_table(records: list[Record]) -> str:
     banded = any(r.decisions for r in records)
+    ranks = speedup_ranks(records)
+    ranked = any(k[-1:].isdigit() for k in ranks)   # a rank column only where two points of a group compare
     w = max([43, *(len(r.label) for r in records)]) + 1   # the point column: the longest name, never cut
-    head = (f"{'point':<{w}}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'±':>6}{'SB spd':>8}{'eta':>7}"
-            f"{'±':>6}{'A':>7}{'#Match':>8}{'same':>11}{'rank':>6}" if banded else
+    bands = {m: [band_text(r, m, "*") or "-" for r in records] for m in ("speedup", "block_efficiency")}
+    bw = {m: max([5, *(len(t) for t in texts)]) + 1 for m, texts in bands.items()}   # '±101%*' widens it
+    head = (f"{'point':<{w}}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'±':>{bw['speedup']}}"
+            f"{'SB spd':>8}{'eta':>7}{'±':>{bw['block_efficiency']}}{'A':>7}{'#Match':>8}{'same':>11}" if banded else
             f"{'point':<{w}}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'speedup':>9}{'SB spd':>8}{'eta':>7}{'A':>7}"
-            f"{'#Match':>8}{'same':>11}")
-    lines = [*settings_lines(records), head, "-" * len(head)] if records else [head, "-" * len(head)]
-    ranks = speedup_ranks(records) if banded else []
+            f"{'#Match':>8}{'same':>11}") + (f"{'rank':>6}" if ranked else "")
+    legend = [rank_legend(records, ranks)] if ranked else []
+    lines = [*settings_lines(records), *legend, head, "-" * len(head)] if records else [head, "-" * len(head)]
     for i, r in enumerate(records):
         t, sp, sb = r.totals, r.speedup, r.speedup_specbench
         spd, eta = f"{'-' if sp is None else f'{sp:.2f}x':>9}", f"{t['block_efficiency']:>7.2f}"
         if banded:
-            spd += f"{band_text(r, 'speedup') or '-':>6}"
-            eta += f"{band_text(r, 'block_efficiency') or '-':>6}"
+            spd += f"{bands['speedup'][i]:>{bw['speedup']}}"
+            eta += f"{bands['block_efficiency'][i]:>{bw['block_efficiency']}}"
         lines.append(f"{r.label:<{w}}{t['new_tokens']:>8}{r.seconds:>10.3f}{r.rate:>10.1f}"
                      f"{spd}{'-' if sb is None else f'{sb:.2f}x':>8}{eta}"
                      f"{t['accepted_length']:>7.2f}{t['match_per_forward']:>8.2f}"
                      f"{r.identical_to_baseline or ('sampled' if r.sampled else '-'):>11}"
-                     + (f"{ranks[i]:>6}" if banded else ""))
+                     + (f"{ranks[i]:>6}" if ranked else ""))
     lines.append("speedup: baseline time / time (the paper's); SB spd: mean per-prompt tok/s over the baseline's "
                  "(Spec-Bench's)")
+    for m, texts in bands.items():
+        if any(t.endswith("*") for t in texts):
+            lines.append(f"*: clipped at {BAND_NAMES[m]} {BAND_FLOORS[m]:g}: {BAND_NAMES[m]} cannot be lower, so "
+                         f"that band runs from {BAND_FLOORS[m]:.2f} to {BAND_NAMES[m]} x (1 + ±)")
     lines += process_lines(records) + baseline_lines(records)
     served = [(r, r.serving) for r in records if r.serving]
     if served:

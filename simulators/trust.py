@@ -11,6 +11,8 @@
   (conf/calibration/bands.yaml, written by `python -m simulators calibrate bands`), on a run of N prompts at least
   as wide as N real prompts of the task stray from it (`widened`; conf/calibration/prompt_floor.yaml, written by
   `python -m simulators calibrate floor`).
+- `off_fit(sim, dataset, hardware, budget)`: where a run leaves what its profile's `fit:` names (hardware, devices
+  and placement; new-token budget; task): a `note:` line before the run and `off_fit` in each record's decisions.
 
 Knows nothing of strategies or the loop.
 """
@@ -23,7 +25,8 @@ from typing import Any
 import yaml
 
 from ouroboros.contracts import OuroborosError
-from simulators.profiles import conf_root
+from ouroboros.sources import DEFAULT_MAX_NEW_TOKENS, SPECBENCH_BUDGETS
+from simulators.profiles import conf_root, load_conf
 
 # dataset kind -> task, for datasets that are one task
 DATASET_TASKS = {"humaneval": "humaneval", "mtbench": "mtbench", "mbpp": "mbpp", "gsm8k": "gsm8k"}
@@ -243,19 +246,90 @@ def widened(band: dict[str, Any], task: str | None, strategy: str, prompts: int 
 
 
 def record_decisions(sim: dict[str, Any], strategy: str, dataset: dict[str, Any] | None = None,
-                     hardware: dict[str, Any] | None = None, prompts: int | None = None) -> dict[str, Any]:
+                     hardware: dict[str, Any] | None = None, prompts: int | None = None,
+                     budget: int | None = None) -> dict[str, Any]:
     """The `decisions` block of a simulated record: the source and the band of this strategy's numbers. A recorded
     profile's speedup band was measured on a clock fitted to the loop's own forwards on the machine that ran the
     held-out sweeps (`calibrate clock --records`); on any other clock it is not shown (`?`). A per-task source's
     band on a run of `prompts` prompts is at least how far that many real prompts stray from their task's (`widened`):
-    the held-out bands were measured on groups of 2-10 prompts."""
+    the held-out bands were measured on groups of 2-10 prompts. A profile run off the setting it was fitted on
+    (`off_fit`: hardware, new-token budget `budget`, task) says which, fitted and run side by side."""
     src = decision_source(sim, dataset)
     band = band_for(src, strategy)
     if band and band_key(src) == "profile_recorded" and strategy != "vanilla" and not records_clock(hardware):
         band = {**band, "speedup": None, "tokens_per_s": None}
     if band and src["kind"] in ("profile", "prior"):
         band = widened(band, dataset_task(dataset or {}), strategy, prompts)
-    return {**src, "label": source_label(src), "band": band}
+    off = off_fit(sim, dataset or {}, hardware, budget) if src["kind"] == "profile" else {}
+    return {**src, "label": source_label(src), "band": band, **({"off_fit": off} if off else {})}
+
+
+def machine_text(name: Any, devices: Any, placement: Any) -> str:
+    return f"{name} ({devices} device{'s' if devices != 1 else ''}, {placement})"
+
+
+def fitted_budget(fit: dict[str, Any]) -> int | None:
+    """The new-token budget a profile's fit ran its prompts at (`fit.max_new_tokens`, or its recorded runs')."""
+    b = fit.get("max_new_tokens") or (fit.get("inputs") or {}).get("max_new_tokens")
+    return int(b) if b else None
+
+
+def run_budget(dataset: dict[str, Any], budget: int | None) -> int | None:
+    """The new-token budget a run's prompts get: `dataset.max_new_tokens` (a typed max_new_tokens is copied there),
+    else the dataset's per-task one (HumanEval 512, a Spec-Bench category's task's), else the run's `budget`; None
+    when its prompts' budgets differ, or without the run's `budget` (not checked)."""
+    if budget is None:
+        return None
+    if dataset.get("max_new_tokens"):
+        return int(dataset["max_new_tokens"])
+    kind = dataset.get("kind")
+    if kind == "humaneval":
+        return DEFAULT_MAX_NEW_TOKENS["humaneval"]
+    if kind == "specbench":
+        per = {SPECBENCH_BUDGETS.get(str(c), budget) for c in dataset.get("categories") or ()}
+        return per.pop() if len(per) == 1 else None   # all six categories: several budgets
+    return budget
+
+
+def off_fit(sim: dict[str, Any], dataset: dict[str, Any], hardware: dict[str, Any] | None,
+            budget: int | None) -> dict[str, dict[str, Any]]:
+    """Where a run leaves the setting its profile was fitted on (`fit:`): {hardware | max_new_tokens | task:
+    {fitted, run}} for each that differs (the hardware by name, devices or placement; `sim.devices` /
+    `sim.placement` count); {} when it matches or the fit does not say."""
+    fit = sim.get("fit") or {}
+    out: dict[str, dict[str, Any]] = {}
+    if fit.get("hardware") and hardware:
+        known = (conf_root() / "hardware" / f"{fit['hardware']}.yaml").is_file()
+        fitted_hw = load_conf("hardware", str(fit["hardware"])) if known else {}
+        there = machine_text(fit["hardware"], fitted_hw.get("devices"), fitted_hw.get("placement"))
+        here = machine_text(hardware.get("name"), sim.get("devices") or hardware.get("devices"),
+                            sim.get("placement") or hardware.get("placement"))
+        differs = there != here if known else str(fit["hardware"]) != hardware.get("name")   # unknown: by name
+        if differs:
+            out["hardware"] = {"fitted": there, "run": here}
+    mine, theirs = run_budget(dataset, budget), fitted_budget(fit)
+    if mine and theirs and mine != theirs:
+        out["max_new_tokens"] = {"fitted": theirs, "run": mine}
+    task, fit_task = dataset_task(dataset), str(fit.get("task", "")).lower().replace("/", "")
+    if task and fit_task and fit_task != task:
+        out["task"] = {"fitted": fit_task, "run": task}
+    return out
+
+
+def off_fit_note(name: Any, off: dict[str, dict[str, Any]]) -> str:
+    """The `note:` line of a profile run off its fit: what it was fitted on, what this run is."""
+    def side(which: str) -> str:
+        parts = []
+        if "task" in off:
+            parts.append(f"{off['task'][which]}")
+        if "hardware" in off:
+            parts.append(f"{off['hardware'][which]}")
+        if "max_new_tokens" in off:
+            parts.append(f"{off['max_new_tokens'][which]} new tokens")
+        return ", ".join(parts)
+
+    return (f"decisions: outside its fit: profile {name} was fitted on {side('fitted')}; this run is {side('run')}: "
+            "its bands were measured at the fitted setting and may not hold here")
 
 
 def records_clock(hardware: dict[str, Any] | None) -> bool:
@@ -275,21 +349,19 @@ def source_label(src: dict[str, Any]) -> str:
 
 
 def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any], typed: set[str],
-                 hardware: dict[str, Any] | None = None) -> list[str]:
+                 hardware: dict[str, Any] | None = None, budget: int | None = None) -> list[str]:
     """The `note:` lines a simulated run prints about its decisions: the profile picked for it (and, for a recorded
-    profile on a clock not fitted to the loop's forwards, why its speedups have no band), or that it runs on the
-    prior and how to calibrate."""
+    profile on a clock not fitted to the loop's forwards, why its speedups have no band; for a run off the hardware,
+    new-token budget `budget` or task it was fitted on, which: `off_fit`), or that it runs on the prior and how to
+    calibrate."""
     src = decision_source(sim, dataset)
     task = dataset_task(dataset)
     pair = pair_name(model)
     if src["kind"] == "profile":
         how = "picked for" if "sim" not in typed else "selected for"
-        fit_task = str((sim.get("fit") or {}).get("task", "")).lower()
-        other = (f"; it was fitted on {fit_task}, this dataset is {task}" if task and fit_task
-                 and fit_task.replace("/", "") != task else "")
-        off = "; sim=default opts out" if "sim" not in typed else ""
-        notes = [f"decisions: profile {src['name']} {how} {task or 'this run'} (fitted to {src['fitted_to']}){other}"
-                 f"{off}"]
+        opt_out = "; sim=default opts out" if "sim" not in typed else ""
+        notes = [f"decisions: profile {src['name']} {how} {task or 'this run'} (fitted to {src['fitted_to']})"
+                 f"{opt_out}"]
         if src.get("by_category"):
             groups: dict[str, list[str]] = {}
             for c, n in src["by_category"].items():
@@ -310,7 +382,8 @@ def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, 
             notes.append(f"decisions: {src['name']}'s speedup band was measured on a clock fitted to a real loop's "
                          f"forwards (`python -m simulators calibrate clock --records`); hardware="
                          f"{hardware.get('name')} is not, so speedups show `?` (the eta band holds)")
-        return notes
+        off = off_fit(sim, dataset, hardware, budget)
+        return notes + ([off_fit_note(src["name"], off)] if off else [])
     if src["kind"] != "prior":
         return [f"decisions: {source_label(src)} ({src['fitted_to']})"]
     own = sorted((model.get("sim_profiles") or {}).items())
