@@ -32,12 +32,12 @@ BACKENDS: dict[str, BackendKind] = {
     "hf": BackendKind("hf", "ouroboros.backends.hf:HFEngine"),
     "sim": BackendKind("sim", "simulators.serving:SimEngine", {
         "pair": "simulators:make_pair",                          # (model, hardware, sim, seed, rest_stand_in) -> pair
-        "decisions": "simulators.trust:record_decisions",        # (sim, strategy, dataset, hardware, prompts) -> block
+        "decisions": "simulators.trust:record_decisions",        # (sim, strategy, dataset, hardware, prompts, budget)
         "serving_fit": "simulators.pair:check_serving_fit",      # a served point's weights + KV caches fit
         "setup": "simulators.pair:pair_setup",                   # (model, hardware, sim): load-time checks, no tokens
         "source_check": "simulators.pair:check_source",          # (sim, strategy): the token source decides it
         "default_profile": "simulators.trust:with_default_profile",   # the dataset task's calibration profile
-        "notes": "simulators.trust:source_notes",                # a simulated run's `note:` lines on its decisions
+        "notes": "simulators.trust:source_notes",                # its `note:` lines on decisions (…, hardware, budget)
         "rest_stand_in": "simulators.stand_in:rest_stand_in",    # (sim, model) -> REST's datastore if a run has none
     }),
 }
