@@ -10,12 +10,13 @@ per batched forward:
 - sim (`SimEngine`, simulators/serving.py): each row's own simulated scoring (its surrogate or replayed
   decisions), the simulated clock charged the cost model's `batch_forward_s` of the rows' shapes.
 
-`engine_for(backend)` asks the backend registry for its kind's engine. Requests join and leave between forwards:
-a new request is admitted when one finishes (closed loop, concurrency C) or when its arrival time has come (open
-loop, Poisson arrivals, simulated clock only). A request's prefill is its own forward, or rides in the next batched
-forward of its model (sim, prefill="batched"). `slot_factory` builds a batch slot: fresh backends on the pair's
-models (`Servable.fresh()`) and the strategy's proposer on them, optionally load-aware (ouroboros/serving/
-loadaware.py) or sharing one phrase pool (`SharesPool`). Requests, loads and results: ouroboros/serving/load.py.
+`engine_for(backend)` is the engine of its backend kind (ouroboros/backends/registry.py). Requests join and leave
+between forwards: a new request is admitted when one finishes (closed loop, concurrency C) or when its arrival time
+has come (open loop, Poisson arrivals, simulated clock only). A request's prefill is its own forward, or rides in
+the next batched forward of its model (sim, prefill="batched"). `slot_factory` builds a batch slot: fresh backends
+on the pair's models (`Servable.fresh()`) and the strategy's proposer on them, optionally load-aware
+(ouroboros/serving/loadaware.py) or sharing one phrase pool (`SharesPool`). Requests, loads and results:
+ouroboros/serving/load.py.
 
 Knows nothing of Hydra, records or which strategy runs.
 """
@@ -52,12 +53,12 @@ __all__ = ["Engine", "Load", "LoadAware", "Request", "Scheduler", "ServeResult",
 
 
 def engine_for(backend: Backend, prefill: str = "batched") -> Engine:
-    """The batched-serving engine of a pair whose target is `backend`: its kind's, from the backend registry (hf:
-    real batched forwards, prefills separate; sim: simulated ones, `prefill` batched into the next forward of its
-    model or separate)."""
+    """The batched-serving engine of a pair whose target is `backend`: its backend kind's (hf: real batched
+    forwards, prefills separate; sim: simulated ones, `prefill` batched into the next forward of its model or
+    separate)."""
     if not isinstance(backend, Servable):
         raise OuroborosError(f"batched decoding runs on the hf and sim backends, not on {type(backend).__name__}")
-    return cast(Engine, registry.engine(backend.kind).for_backend(backend, prefill))
+    return cast(Engine, registry.get(backend.kind).engine(backend, prefill))
 
 
 @dataclass

@@ -32,7 +32,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ouroboros.backends import registry
-from ouroboros.backends.base import OuroborosError
+from ouroboros.backends.base import BackendKind, OuroborosError
 from ouroboros.checks import check_range
 from ouroboros.datasets import load_records
 from ouroboros.paths import check_writable
@@ -52,13 +52,11 @@ from ouroboros.strategies import (
 # one, Hydra's "path=runs/conf is not available" warning says nothing you need to act on
 warnings.filterwarnings("ignore", message=r"provider=hydra\.searchpath in main, path=runs/conf is not available")
 
-BACKEND_KINDS = ("hf", "sim", "auto")
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 _NOISE = ("full_key:", "object_type=", "reference_type=", "Set the environment variable HYDRA_FULL_ERROR",
           "Config search path")   # dropped from one_line, with the indented lines under them
 WANDB_MODES = ("offline", "online", "disabled")
-# model kinds that only exist as simulator profiles (a model dict may also say `backend: sim` itself)
-SIM_MODEL_KINDS = ("sim", "profile")
+KIND_GROUPS = ("hardware", "sim")   # groups only some backend kinds read (`BackendKind.config_groups`); null elsewhere
 
 
 @dataclass
@@ -169,8 +167,14 @@ class RunConfig:
     out: str | None = "runs/records.jsonl"  # the JSONL record file (null: no records)
 
     @property
+    def kind(self) -> BackendKind:
+        """The backend kind the run is on (ouroboros/backends/registry.py; auto: the plugin that claims the model,
+        else hf); an unknown `backend.kind` is one line."""
+        return registry.get(self.backend.kind, self.model)
+
+    @property
     def backend_kind(self) -> str:
-        return resolve_backend(self.backend.kind, self.model)
+        return self.kind.name
 
 
 def register() -> None:
@@ -179,16 +183,6 @@ def register() -> None:
 
 
 register()
-
-
-def resolve_backend(kind: str, model: dict[str, Any]) -> str:
-    if kind != "auto":
-        return kind
-    if model.get("backend") == "sim" or model.get("kind") in SIM_MODEL_KINDS:
-        return "sim"
-    if "kind" not in model and "profile" in model:   # a profile-only pair (no weights to load)
-        return "sim"
-    return "hf"
 
 
 def one_line(e: BaseException) -> str:
@@ -265,7 +259,7 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
     check_range("seed", run.seed, lo=0)
     spec = get_spec(run.strategy.name)
     check_files(run.strategy.name, run.strategy.params)
-    if is_peer(run.strategy.name) and run.backend_kind != "hf":
+    if is_peer(run.strategy.name) and not run.kind.runs_peers:
         raise OuroborosError(f"strategy '{run.strategy.name}' is transformers' own generate: it runs on real models "
                              "(backend=hf), not on the simulator")
     if run.baseline is not None:
@@ -275,34 +269,22 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
     if "kind" not in run.dataset:
         raise OuroborosError("dataset config has no 'kind' (pick one with dataset=<name>)")
     load_records(run.dataset, run.seed)   # files read and parsed, ids and limit checked (no tokenizer needed)
-    if run.model.get("kind") == "tiny" and run.dataset["kind"] != "synthetic" and run.backend_kind == "hf":
+    if run.model.get("kind") == "tiny" and run.dataset["kind"] != "synthetic" and run.kind.model_tokenizer:
         raise OuroborosError(f"dataset {run.dataset['kind']!r} needs a tokenizer; the tiny random model has none "
                              "(use dataset=synthetic)")
     SamplingConfig(**dataclasses.asdict(run.sampling))  # range checks (one line each)
-    if not run.sampling.greedy and run.backend_kind == "sim" and run.sim.get("tokens", "surrogate") != "proxy":
-        raise OuroborosError("sampling needs real next-token distributions: use backend=hf, or backend=sim with "
-                             "sim.tokens=proxy (surrogate, iid and replay token sources are deterministic)")
-    if run.backend.kind not in BACKEND_KINDS:
-        raise OuroborosError(f"unknown backend {run.backend.kind!r}; known: {', '.join(BACKEND_KINDS)}")
-    kind = run.backend_kind
-    if kind == "sim" and not run.hardware:
-        raise OuroborosError("backend=sim needs a hardware profile (e.g. hardware=a800x2)")
-    if kind == "sim":
-        check_sim(run)
-    if needs_stand_in(run.strategy.name, run.strategy.params):
-        if kind != "sim":
-            raise NeedsDatastore()
-        if run.sim.get("tokens", "surrogate") not in ("surrogate", "iid"):
-            raise OuroborosError(f"rest with sim.tokens={run.sim['tokens']} needs strategy.params.datastore=PATH in "
-                                 "the ids its tokens are decided in: the simulator's stand-in is in the surrogate's")
-    if kind == "hf" and run.model.get("kind") in SIM_MODEL_KINDS:
-        raise OuroborosError(f"model kind {run.model['kind']!r} is a simulator profile: use backend=sim")
-    from ouroboros.models import check_device, parse_dtype
+    if not run.sampling.greedy:
+        run.kind.check_sampling(run)
+    kind = run.kind   # an unknown backend: one line
+    if needs_stand_in(run.strategy.name, run.strategy.params) and not kind.stand_in:
+        raise NeedsDatastore()
+    owner = registry.owner(run.model)
+    if owner is not None and owner is not kind:
+        raise OuroborosError(f"model kind {run.model['kind']!r} is a {owner.model_noun}: use backend={owner.name}")
+    kind.setup(run)   # what loading would refuse (sim: the hardware, the pair's profile and fit; hf: device, threads)
+    from ouroboros.models import parse_dtype
 
     parse_dtype(run.backend.dtype)   # a typo is refused on every backend, not only where it loads weights
-    if kind == "hf":
-        check_device(run.backend.device)
-        check_range("backend.threads", run.backend.threads, lo=0)
     if spec.needs_draft_model and "draft" in run.model and run.model["draft"] is None:
         raise OuroborosError(f"strategy '{run.strategy.name}' needs a draft model, but model.draft is null")
     if run.logger.wandb.mode not in WANDB_MODES:
@@ -329,27 +311,18 @@ def check_serve(run: RunConfig) -> None:
                                  "serve.concurrency >= 1")
         return
     check_rate(sv.rate)
-    kind = run.backend_kind
-    check_simulated(sv.rate, sv.load_aware, kind == "sim")
+    kind = run.kind
+    check_simulated(sv.rate, sv.load_aware, kind.simulated)
     if is_peer(run.strategy.name):
         raise OuroborosError(f"strategy '{run.strategy.name}' is transformers' generate: it cannot join a batch "
                              "(serve.concurrency)")
     if not run.sampling.greedy:
         raise OuroborosError("serve.concurrency runs greedy decoding only (sampling.temperature=0)")
-    if sv.prefill == "batched" and kind == "hf":
-        raise OuroborosError("serve.prefill=batched is simulated only: on hf each prefill is its own forward "
-                             "(serve.prefill=separate)")
+    if sv.prefill == "batched" and not kind.batched_prefill:
+        raise OuroborosError(f"serve.prefill=batched is simulated only: on {kind.name} each prefill is its own "
+                             "forward (serve.prefill=separate)")
     check_shared_pool(sv.shared_pool, run.strategy.name, run.strategy.params)
-    if kind == "sim" and run.sim.get("tokens") == "proxy":
-        raise OuroborosError("serve.concurrency on the simulator needs sim.tokens=surrogate, iid or replay")
-
-
-def check_sim(run: RunConfig) -> None:
-    """What the simulator would refuse at load time, checked now (cheap: no token source is built): its options,
-    the pair's profile and whether a calibration profile belongs to it, the hardware and placement, whether the
-    pair fits the memory, its cost models (the registry's `setup` part: simulators.pair.pair_setup, which make_pair
-    runs too)."""
-    registry.part("sim", "setup")(run.model, run.hardware or {}, run.sim)
+    kind.check_serve(run)
 
 
 def check_outputs(run: RunConfig, extra: list[tuple[str, str]] | None = None) -> None:
@@ -391,12 +364,7 @@ def apply_explicit(run: RunConfig, overrides: list[str]) -> RunConfig:
     keys = {override_key(o) for o in overrides}
     if "max_new_tokens" in keys and "dataset.max_new_tokens" not in keys and run.dataset.get("kind") != "synthetic":
         run = dataclasses.replace(run, dataset={**run.dataset, "max_new_tokens": run.max_new_tokens})
-    if run.backend_kind == "sim":   # the pair's calibration profile for the dataset's task, unless sim= was typed
-        sim = registry.part("sim", "default_profile")(run.sim, run.model, run.dataset, keys)
-        if sim is not run.sim:
-            run = dataclasses.replace(run, sim=sim)
-            check_sim(run)
-    return run
+    return run.kind.default_profile(run, keys)   # sim: the pair's calibration profile for the dataset's task
 
 
 def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
@@ -406,22 +374,7 @@ def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
     if {"max_new_tokens", "dataset.max_new_tokens"} <= keys and run.dataset.get("max_new_tokens") != run.max_new_tokens:
         out.append(f"dataset.max_new_tokens={run.dataset.get('max_new_tokens')} is the budget (the dataset's own "
                    f"key wins over max_new_tokens={run.max_new_tokens})")
-    if run.backend_kind == "sim" and "hardware" not in keys and run.hardware:
-        hw = run.hardware
-        placement = run.sim.get("placement") or hw.get("placement")
-        devices = run.sim.get("devices") or hw.get("devices")
-        out.append(f"simulating the default hardware={hw.get('name')} ({devices} device(s), placement {placement}); "
-                   "pick one with hardware=<a100|a800x2|h100|h200>")
-    if run.backend_kind == "sim" and keys & {"backend.dtype", "backend.device", "backend.threads"}:
-        typed = sorted(keys & {"backend.dtype", "backend.device", "backend.threads"})
-        raise OuroborosError(f"{', '.join(typed)} set(s) how real models run (backend=hf); the simulator's clock "
-                             f"takes the weights' dtype from sim.dtype (now {run.sim.get('dtype')}) and its devices "
-                             "from hardware= / sim.devices")
-    if run.backend_kind == "sim":
-        out += registry.part("sim", "notes")(run.sim, run.model, run.dataset, keys, run.hardware, run.max_new_tokens)
-        if needs_stand_in(run.strategy.name, run.strategy.params):
-            out.append(registry.part("sim", "rest_stand_in")(run.sim, run.model).note(run.sim))
-    return out
+    return out + run.kind.notes(run, keys)   # sim: the default hardware, the decisions' source, REST's stand-in
 
 
 def strategy_params(name: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -437,15 +390,14 @@ def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
     `strategy` swaps in another strategy at its defaults (the baseline of this point)."""
     name = strategy or run.strategy.name
     params = strategy_params(name, None if strategy else run.strategy.params)
-    backend = dataclasses.asdict(run.backend)
-    backend["kind"] = run.backend_kind
+    kind = run.kind
+    backend = {**dataclasses.asdict(run.backend), "kind": kind.name}
     # skip_too_long only when on, order only when not the source's: points measured before the options existed
     # keep their ids
     dataset = {k: v for k, v in run.dataset.items()
                if not (k == "skip_too_long" and not v) and not (k == "order" and v == "source")}
     return {"model": run.model, "dataset": dataset, "backend": backend,
-            "hardware": run.hardware if backend["kind"] == "sim" else None,
-            "sim": run.sim if backend["kind"] == "sim" else None,
+            **{g: getattr(run, g) if g in kind.config_groups else None for g in KIND_GROUPS},
             "max_new_tokens": run.max_new_tokens, "seed": run.seed, "warmup": run.warmup,
             "strategy": {"name": name, "params": params},
             # only when sampling, so greedy points keep the ids of records written before sampling existed

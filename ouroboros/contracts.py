@@ -13,8 +13,7 @@ and prediction i + 1 is the next token after draft node i. `commit` keeps the ac
 rest, and appends the new tokens; `rollback` forgets the last n committed tokens; `append` commits tokens
 without computing them (they become pending). `tree_refusal()` is None when the backend scores any tree
 exactly, else the reason it scores chains only. A `Servable` backend can also be copied empty (`fresh()`: one per
-batch slot) and names its kind in the backend registry (ouroboros/backends/registry.py), which says which engine
-runs its batched forwards.
+batch slot) and names its backend kind (ouroboros/backends/registry.py), whose engine runs its batched forwards.
 """
 
 from __future__ import annotations
@@ -79,8 +78,8 @@ class Backend(Protocol):
 @runtime_checkable
 class Servable(Backend, Protocol):
     """A backend batched serving can run on (ouroboros/batch.py): `fresh()` is a new, empty backend on the same
-    model and settings (its own tokens, cache and, when simulated, clock): one per batch slot. `kind` is its
-    backend kind ("hf", "sim"), the key of the backend registry that names its batched-serving engine."""
+    model and settings (its own tokens, cache and, when simulated, clock): one per batch slot. `kind` is the name of
+    its backend kind ("hf", "sim"; ouroboros/backends/registry.py `get`), which builds its batched-serving engine."""
 
     @property
     def kind(self) -> str: ...

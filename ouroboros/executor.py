@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from ouroboros.backends import registry
 from ouroboros.config import RunConfig, strategy_params
 from ouroboros.contracts import ChargesHost
 from ouroboros.harness import (
@@ -34,14 +33,7 @@ from ouroboros.harness import (
 )
 from ouroboros.interrupts import interrupts_deferred
 from ouroboros.metrics import PromptResult, RunResult
-from ouroboros.point import (
-    Point,
-    budget_note,
-    check_batching,
-    check_serving_memory,
-    make_record,
-    request_id,
-)
+from ouroboros.point import Point, budget_note, make_record, request_id
 from ouroboros.record import Record
 from ouroboros.session import Session, open_session, pair_key, proposer_params, stock_models
 from ouroboros.sinks import RecordFile, WandbMirror, summary_line
@@ -90,8 +82,8 @@ class Executor:
         for p in points:
             if self._done(p.id) is None:
                 name = p.run.strategy.name
-                if p.run.backend_kind == "sim" and not is_peer(name):   # its token source can decide this strategy
-                    registry.part("sim", "source_check")(p.run.sim, name)
+                if not is_peer(name):   # what decides the kind's tokens can decide this strategy (sim: its source)
+                    p.run.kind.check_strategy(p.run)
                 sess = self.session(p.run)
                 if isinstance(sess.target, ChargesHost) and not is_peer(name):
                     served = hosts.setdefault(id(sess.target), (sess.target, {}))[1]
@@ -108,10 +100,8 @@ class Executor:
                 for note in [*sess.notes, budget_note(p, sess, p.budgets(sess))]:
                     if note and note not in self.notes:
                         self.notes.append(note)
-                if p.run.serve.concurrency and sess.backend == "sim":
-                    check_serving_memory(p, sess, p.budgets(sess))
-                if p.run.serve.concurrency >= 2 and sess.backend == "hf":
-                    check_batching(p, sess)
+                if p.run.serve.concurrency:   # sim: the KV caches fit; hf: the models take batched forwards
+                    p.run.kind.check_serving(p.run, sess, p.budgets(sess))
         for target, served in hosts.values():   # what the modelled clock charges of the strategies' host time
             note = target.host_note(list(served), [k for k, v in served.items() if v])
             if note not in self.notes:
@@ -126,7 +116,7 @@ class Executor:
     @staticmethod
     def wall(run: RunConfig) -> bool:
         """Measured on a wall clock (real models): times from two processes are not comparable."""
-        return run.backend_kind != "sim"
+        return not run.kind.simulated
 
     def _plan_wall_clock(self, points: list[Point]) -> None:
         """Which wall-clock points a resumed run may reuse: a recorded point whose every prompt was timed in the
@@ -211,7 +201,7 @@ class Executor:
     def interleaved(self, run: RunConfig) -> bool:
         if run.serve.concurrency:   # a served point decodes all its requests together
             return False
-        return run.interleave if run.interleave is not None else run.backend_kind == "hf"
+        return run.interleave if run.interleave is not None else not run.kind.simulated
 
     def interleave(self, points: list[Point]) -> None:
         """Decode the unfinished points that share a session (same models and prompts) prompt by prompt in turn,
@@ -295,7 +285,7 @@ class Executor:
         reqs = [Request(list(sess.prompts[i % m].ids), budgets[i % m], request_id(sess.prompts[i % m].id, i // m))
                 for i in range(n)]
         load = Load(sv.concurrency, sv.rate, sv.seed)
-        prefill = sv.prefill or ("batched" if sess.backend == "sim" else "separate")
+        prefill = sv.prefill or ("batched" if run.kind.batched_prefill else "separate")
         draft = sess.draft if get_spec(run.strategy.name).needs_draft_model else None
 
         def slots():

@@ -14,14 +14,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from ouroboros.backends import registry
-from ouroboros.backends.base import OuroborosError
 from ouroboros.config import RunConfig, point_id, point_key, strategy_params
 from ouroboros.divergence import divergences
 from ouroboros.metrics import RunResult, speedup, speedup_mean_speed, step_dict
 from ouroboros.record import SCHEMA_VERSION, Record
-from ouroboros.session import Session, effective_budgets, stand_in, versions
-from ouroboros.strategies import get_spec
+from ouroboros.session import Session, effective_budgets, versions
 
 
 @dataclass
@@ -102,8 +99,7 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
         speedup_specbench=speedup_mean_speed(baseline, result) if baseline is not None else None,
         identical_to_baseline=same, divergences=[dataclasses.asdict(d) for d in diverged], sampled=sampled or None,
         prompts=prompts, serving=result.serving,
-        decisions=sim_decisions(run, len({p.prompt_id.rsplit("@r", 1)[0] for p in result.prompts}))
-        if session.backend == "sim" else None)
+        decisions=run.kind.decisions(run, len({p.prompt_id.rsplit("@r", 1)[0] for p in result.prompts})))
 
 
 def sampled_text(run: RunConfig) -> str:
@@ -114,17 +110,6 @@ def sampled_text(run: RunConfig) -> str:
                       + ([f"top_k={sp.top_k}"] if sp.top_k else []))
     return (f"sampled ({knobs}): exactness is distribution-tested (tests/test_sampling.py); outputs are not "
             "compared with the baseline's")
-
-
-def sim_decisions(run: RunConfig, prompts: int | None = None) -> dict[str, Any]:
-    """A simulated record's `decisions`: where its tokens come from and its strategy's measured error band (on a
-    run of `prompts` prompts: at least how far that many real prompts stray from their task's); a REST point on the
-    simulator's stand-in datastore says so (`rest_datastore`)."""
-    out = registry.part("sim", "decisions")(run.sim, run.strategy.name, run.dataset, run.hardware, prompts,
-                                            run.max_new_tokens)
-    if stand_in(run):
-        out["rest_datastore"] = registry.part("sim", "rest_stand_in")(run.sim, run.model).record(run.sim)
-    return dict(out)
 
 
 def serving_speedup(baseline: RunResult, result: RunResult) -> float:
@@ -142,21 +127,6 @@ def decode_text(tokenizer: Any, ids: list[int]) -> str:
         return tokenizer.decode(ids)                            # the simulator's surrogate tokenizer
 
 
-def check_batching(point: Point, sess: Session) -> None:
-    """Serving at concurrency >= 2 on real models: every model the strategy runs must take padded batched
-    forwards (not sliding windows, not ALiBi); refused in one line before anything is measured."""
-    from ouroboros.backends.hf import HFBackend
-
-    c = point.run.serve.concurrency
-    needs = [sess.target] + ([sess.draft] if sess.draft is not None and get_spec(point.run.strategy.name)
-                             .needs_draft_model else [])
-    for be in needs:
-        why = be.batch_refusal() if isinstance(be, HFBackend) else None
-        if why:
-            raise OuroborosError(f"serve.concurrency={c} decodes requests in batched forwards, but {why}: run every "
-                                 "strategy on this model with serve.concurrency=0 or 1")
-
-
 def budget_note(point: Point, sess: Session, budgets: list[int]) -> str | None:
     """A note when the model context leaves some prompt less room than its budget (decoding stops there)."""
     short = [(p, b, sess.context - len(p.ids)) for p, b in zip(sess.prompts, budgets, strict=True)
@@ -167,16 +137,3 @@ def budget_note(point: Point, sess: Session, budgets: list[int]) -> str | None:
     return (f"max_new_tokens={max(b for _, b, _ in short)} does not fit the model context of {sess.context} tokens "
             f"for {len(short)} of {len(sess.prompts)} prompt(s): they stop when the context is full (as few as "
             f"{room} new tokens); the table shows the budgets in effect")
-
-
-def check_serving_memory(point: Point, sess: Session, budgets: list[int]) -> None:
-    """A served simulated point: the weights + the KV caches of its `concurrency` largest requests must fit."""
-    run = point.run
-    sizes = sorted((len(p.ids) + b for p, b in zip(sess.prompts, budgets, strict=True)), reverse=True)
-    n = run.serve.requests or len(sizes)
-    per_round = sizes * (-(-n // len(sizes)))   # requests cycle through the prompts
-    c = run.serve.concurrency
-    kv_tokens = sum(sorted(per_round[:n], reverse=True)[:c])
-    fits = registry.part("sim", "serving_fit")
-    fits(run.model, run.hardware or {}, run.sim, kv_tokens, c, bool(get_spec(run.strategy.name).needs_draft_model))
-

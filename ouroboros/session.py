@@ -1,9 +1,9 @@
 """A session: a loaded backend pair (hf: transformers models; sim: the simulator), its prompt set, the model
 context they share and what the clock measures (this machine, or the simulated hardware profile).
 
-`open_session(run)` loads it; the executor keeps one per (models, backend, hardware, dataset). Also the facts a
-record states about where it was measured (`machine_info`, `versions`). Knows nothing of points, records or the
-command line.
+`open_session(run)` loads it through the run's backend kind (`run.kind.open_pair`, ouroboros/backends/base.py
+`BackendKind`); the executor keeps one per (models, backend, hardware, dataset). Also the facts a record states
+about where it was measured (`machine_info`, `versions`). Knows nothing of points, records or the command line.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ouroboros.backends import registry
-from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.backends.base import Backend, OpenPair, OuroborosError
 from ouroboros.config import RunConfig
 from ouroboros.datasets import Prompt, fit_context, load_prompts
 from ouroboros.strategies import needs_stand_in
@@ -28,7 +27,7 @@ from ouroboros.strategies import needs_stand_in
 
 @dataclass
 class Session:
-    backend: str                     # "hf" | "sim"
+    backend: str                     # its backend kind's name ("hf" | "sim")
     target: Backend
     draft: Backend | None
     eos_ids: tuple[int, ...]
@@ -41,17 +40,19 @@ class Session:
 
 
 def pair_key(run: RunConfig) -> str:
-    """What makes two runs share a loaded pair: model, backend settings, simulated hardware, seed; a simulated REST
-    point on the stand-in gets a pair of its own (its target may know the stand-in's text: simulators/stand_in.py)."""
-    sim = [run.hardware, run.sim] + (["rest stand-in"] if stand_in(run) else []) if run.backend_kind == "sim" else None
-    return json.dumps([run.model, dataclasses.asdict(run.backend), run.backend_kind, sim, run.seed], sort_keys=True,
-                      default=str)
+    """What makes two runs share a loaded pair: model, backend settings, the groups its kind reads (simulated
+    hardware and options), seed; a REST point on the kind's stand-in gets a pair of its own (the simulator's target
+    may know the stand-in's text: simulators/stand_in.py)."""
+    kind = run.kind
+    groups = [getattr(run, g) for g in kind.config_groups] + (["rest stand-in"] if stand_in(run) else [])
+    return json.dumps([run.model, dataclasses.asdict(run.backend), kind.name, groups or None, run.seed],
+                      sort_keys=True, default=str)
 
 
 def stand_in(run: RunConfig) -> bool:
-    """A simulated REST point with no datastore: it retrieves from the simulator's stand-in (registry part
-    `rest_stand_in`); the record keeps its params as given and says so in `decisions`."""
-    return run.backend_kind == "sim" and needs_stand_in(run.strategy.name, run.strategy.params)
+    """A REST point with no datastore on a kind that has a stand-in (the simulator's): it retrieves from that
+    (`BackendKind.stand_in_datastore`); the record keeps its params as given and says so in `decisions`."""
+    return run.kind.stand_in and needs_stand_in(run.strategy.name, run.strategy.params)
 
 
 def proposer_params(run: RunConfig) -> dict[str, Any]:
@@ -59,38 +60,21 @@ def proposer_params(run: RunConfig) -> dict[str, Any]:
     on the stand-in."""
     params = dict(run.strategy.params)
     if stand_in(run):
-        params["datastore"] = registry.part("sim", "rest_stand_in")(run.sim, run.model).path
+        params["datastore"] = run.kind.stand_in_datastore(run)
     return params
 
 
-def load_backends(run: RunConfig) -> tuple[Backend, Backend | None, Any, tuple[int, ...], Any]:
-    """(target, draft, tokenizer, eos_ids, sim pair or None) for the run's backend."""
-    if run.backend_kind == "sim":
-        pair = registry.part("sim", "pair")(run.model, run.hardware or {}, run.sim, seed=run.seed,
-                                            rest_stand_in=stand_in(run))
-        return pair.target, pair.draft, pair.tokenizer, tuple(pair.eos_ids), pair
-    import torch
-
-    from ouroboros.backends.hf import HFBackend
-    from ouroboros.models import load_pair
-
-    if run.backend.threads:
-        torch.set_num_threads(run.backend.threads)
-    if run.model.get("kind") != "tiny" and run.logger.console:   # real weights: converting and loading take minutes
-        what = run.model["target"] if isinstance(run.model.get("target"), str) else run.model.get("kind")
-        print(f"loading {what} ({run.backend.dtype} on {run.backend.device}) ...", file=sys.stderr, flush=True)
-    loaded = load_pair(run.model, dtype=run.backend.dtype, device=run.backend.device)
-    target = HFBackend(loaded.target, name="target")
-    draft = HFBackend(loaded.draft, name="draft") if loaded.draft is not None else None
-    return target, draft, loaded.tokenizer, tuple(loaded.eos_ids), None
+def load_backends(run: RunConfig) -> OpenPair:
+    """(target, draft, tokenizer, eos_ids, ...) of the run's pair, as its backend kind opens it."""
+    return run.kind.open_pair(run, stand_in=stand_in(run))
 
 
-def session_prompts(run: RunConfig, tokenizer: Any, vocab_size: int, sim_pair: Any) -> list[Prompt]:
-    """The dataset's prompts; on sim with the `synthetic` dataset, the simulator's embedded prompts instead
-    (random ids mean nothing to a surrogate LM; its prompts come from the surrogate's corpus)."""
-    if sim_pair is not None and run.dataset.get("kind") == "synthetic":
-        return sim_pair.default_prompts(int(run.dataset.get("num_prompts", 8)), run.seed)
-    return load_prompts(run.dataset, tokenizer, vocab_size, run.seed)
+def session_prompts(run: RunConfig, pair: OpenPair) -> list[Prompt]:
+    """The dataset's prompts; with the `synthetic` dataset, the kind's own prompts where it has them (the
+    simulator's: random ids mean nothing to a surrogate LM; its prompts come from the surrogate's corpus)."""
+    if pair.synthetic_prompts is not None and run.dataset.get("kind") == "synthetic":
+        return pair.synthetic_prompts(int(run.dataset.get("num_prompts", 8)), run.seed)
+    return load_prompts(run.dataset, pair.tokenizer, pair.target.vocab_size, run.seed)
 
 
 def stock_models(sess: Session) -> tuple[Any, Any]:
@@ -118,8 +102,9 @@ def machine_info() -> dict[str, Any]:
 
 
 def open_session(run: RunConfig) -> Session:
-    target, draft, tokenizer, eos_ids, sim_pair = load_backends(run)
-    prompts = session_prompts(run, tokenizer, target.vocab_size, sim_pair)
+    pair = load_backends(run)
+    target, draft = pair.target, pair.draft
+    prompts = session_prompts(run, pair)
     context = min(b.max_context for b in (target, draft) if b is not None)
     prompts, skipped = fit_context(prompts, context, bool(run.dataset.get("skip_too_long")))
     if skipped:
@@ -127,23 +112,12 @@ def open_session(run: RunConfig) -> Session:
               f"{', '.join(skipped)}", file=sys.stderr)
     if not prompts:
         raise OuroborosError("the dataset gave no prompts")
-    notes = []
-    if sim_pair is not None and sim_pair.by_category:   # sim.by_category: each category's profile decides its prompts
-        counts = sim_pair.route(prompts)
-        rest = len(prompts) - sum(counts.values())
-        notes.append("decisions per prompt category: " + ", ".join(f"{n} decides {k}" for n, k in sorted(
-            counts.items())) + f", {run.sim.get('profile') or 'the run options'} {rest} (sim.by_category)")
-    if run.backend_kind == "sim":   # the profile as simulated: sim.placement / sim.devices override its own
-        hardware = {**(run.hardware or {}), **{k: run.sim[k] for k in ("placement", "devices") if run.sim.get(k)}}
-    else:
+    notes = pair.route(prompts) if pair.route is not None else []   # sim.by_category: a profile per category
+    hardware = run.kind.hardware(run)   # a modelled clock's profile as simulated
+    if hardware is None:                # the wall clock: this machine
         hardware = machine_info()
-    margin = None
-    if run.backend_kind == "hf":
-        from ouroboros.backends.hf import HFBackend
-
-        assert isinstance(target, HFBackend)
-        margin = target.top2_margin
-    return Session(run.backend_kind, target, draft, eos_ids, prompts, hardware, tokenizer, margin, context, notes)
+    return Session(run.kind.name, target, draft, pair.eos_ids, prompts, hardware, pair.tokenizer, pair.margin, context,
+                   notes)
 
 
 @functools.cache

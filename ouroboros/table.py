@@ -29,7 +29,7 @@ def _budget(rec: Record) -> str:
 
 def _machine(rec: Record) -> str:
     hw = rec.hardware or {}
-    if rec.backend == "sim":
+    if rec.clock == "modelled":
         return f"{hw.get('name')} ({hw.get('devices')} device(s), {hw.get('placement')}; modelled clock)"
     return f"{hw.get('cpu') or hw.get('machine') or 'this machine'} (wall clock)"
 

@@ -135,9 +135,9 @@ def write_strategy_yaml(path: str | Path, run: RunConfig, params: dict[str, Any]
     sp = best.speedup
     model = run.model.get("name") or run.model.get("kind")
     data = run.dataset.get("name") or run.dataset.get("kind")
+    hw = run.kind.hardware(run)   # a modelled clock's machine (None: this one)
     head = (f"{TUNE_HEAD.decode()} (the paper's Algorithm 1) for model {model}, dataset {data}, "
-            f"backend {run.backend_kind}"
-            f"{' on ' + str((run.hardware or {}).get('name')) if run.backend_kind == 'sim' else ''}, "
+            f"backend {run.kind.name}{' on ' + str(hw.get('name')) if hw is not None else ''}, "
             f"max_new_tokens {run.max_new_tokens}:\n# {t['tokens_per_s']:.2f} tok/s"
             f"{f', {sp:.2f}x vanilla' if sp is not None else ''} (point {best.point_id}).\n")
     body = OmegaConf.to_yaml({"name": run.strategy.name, "params": params})

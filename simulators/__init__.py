@@ -7,9 +7,10 @@ token decisions come from surrogate LMs, a replayed trace or a real proxy pair.
 
 Tree: hardware.py (machine profiles), profiles.py (model profiles), cost_model.py (t(k, ctx), memory check),
 surrogate.py (surrogate LMs), backend.py (SimClock, SimBackend, ProxyBackend), pair.py (make_pair),
-replay.py (trace record / replay); calibration/ (jobs that write profiles) and checks/ (jobs that compare
-predictions with measurements), both run by `python -m simulators {calibrate,check} JOB` (__main__.py), as are
-bench.py and write_options.py.
+replay.py (trace record / replay), plugin.py (`SIM`: the `sim` backend kind the core reaches through the
+`ouroboros.backends` entry point, and nothing else of this package); calibration/ (jobs that write profiles) and
+checks/ (jobs that compare predictions with measurements), both run by `python -m simulators {calibrate,check} JOB`
+(__main__.py), as are bench.py and write_options.py.
 """
 
 from simulators.backend import ProxyBackend, SimBackend, SimClock

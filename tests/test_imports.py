@@ -1,22 +1,28 @@
 """The import graph (ouroboros, simulators, analysis; every import statement, function-local ones included, and
 the package __init__ each one runs): no cycles; the core (contracts, draft, verify, sampling, decode, metrics,
-phrase pool, backends, strategies, serving) imports no entry point (a module with a `__main__` guard, or a
-`__main__`) and none of Hydra, OmegaConf, wandb or the simulator; no entry point imports another; ouroboros reaches
-the simulator only through the backend registry (ouroboros/backends/registry.py names its modules as strings; no
-other module of ouroboros imports `simulators`, statically or through importlib); nobody imports another module's
-private names or Hydra's `_internal` package."""
+phrase pool, backends, strategies, serving, batch) imports no entry point (a module with a `__main__` guard, or a
+`__main__`), and nothing it reaches, however indirectly, imports Hydra, OmegaConf, wandb, the simulator or the
+analysis package; no entry point imports another; no module of ouroboros reaches the simulator, directly or through
+any chain of imports, nor names one of its modules in a string, nor imports or resolves a module by a name it
+computes (importlib, __import__, a registry's resolve("module:attr")): backend kinds other than the core's hf are
+plugins found through the `ouroboros.backends` entry points (pyproject.toml; ouroboros/backends/registry.py); no
+module of ouroboros branches on a backend kind's name; nobody imports another module's private names or Hydra's
+`_internal` package."""
 
 import ast
 import pathlib
+import re
 
 import pytest
+
+from ouroboros.contracts import OuroborosError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("ouroboros", "simulators", "analysis")
 CORE = ("ouroboros.contracts", "ouroboros.draft", "ouroboros.verify", "ouroboros.sampling", "ouroboros.decode",
         "ouroboros.metrics", "ouroboros.phrase_pool", "ouroboros.backends", "ouroboros.strategies",
         "ouroboros.serving", "ouroboros.batch")
-EDGE_LIBRARIES = ("hydra", "omegaconf", "wandb", "simulators")   # what only the edges (entry points, config) import
+EDGE_LIBRARIES = ("hydra", "omegaconf", "wandb", "simulators", "analysis")   # only the edges (entry points, config)
 REGISTRY = "ouroboros.backends.registry"
 
 
@@ -122,13 +128,6 @@ def _entry_points(mods: dict[str, ast.Module]) -> set[str]:
 MODS = modules()
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODS if m.startswith(CORE)))
-def test_core_imports_no_edge_library(module):
-    """The core never imports Hydra, OmegaConf, wandb or the simulator, not even inside a function."""
-    bad = [mod for mod, _ in imports(MODS[module]) if mod.split(".")[0] in EDGE_LIBRARIES]
-    assert not bad, f"{module} imports {bad}"
-
-
 @pytest.mark.parametrize("module", sorted(_entry_points(MODS)))
 def test_no_entry_point_imports_another(module):
     """An entry point parses and hands over to library modules; what two entry points share lives below both."""
@@ -137,47 +136,160 @@ def test_no_entry_point_imports_another(module):
     assert not bad, f"{module} imports the entry point(s) {bad}"
 
 
-def dynamic_imports(tree: ast.Module) -> list[str]:
-    """The constant module names given to importlib.import_module / __import__ (a registry's 'module:attr' refs
-    included): what an import statement scan cannot see."""
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-            f = node.func
-            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
-                out.append(node.args[0].value)
+def reaches(edges: dict[str, set[str]], module: str) -> set[str]:
+    """Every module of the three packages that importing `module` can import, however indirectly (itself included)."""
+    seen, todo = {module}, [module]
+    while todo:
+        for w in edges[todo.pop()] - seen:
+            seen.add(w)
+            todo.append(w)
+    return seen
+
+
+def libraries(mods: dict[str, ast.Module], edges: dict[str, set[str]], module: str) -> dict[str, str]:
+    """Top-level package -> the module (of those `module` reaches) that imports it: the transitive closure."""
+    out: dict[str, str] = {}
+    for m in sorted(reaches(edges, module)):
+        for mod, _ in imports(mods[m]):
+            out.setdefault(mod.split(".")[0], m)
+        out.setdefault(m.split(".")[0], m)
     return out
 
 
-def simulator_refs(tree: ast.Module) -> list[str]:
-    """Every way a module names the simulator to load it: import statements, dynamic imports, and string constants
-    that look like an import reference ("simulators.x" or "simulators.x:attr")."""
-    refs = [mod for mod, _ in imports(tree)] + dynamic_imports(tree)
-    refs += [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-             and n.value.replace(".", "").replace(":", "").replace("_", "").isalnum()
-             and n.value.startswith("simulators.")]
-    return sorted({r for r in refs if r.split(".")[0].split(":")[0] == "simulators"})
+EDGES = graph(MODS)
 
 
-def test_simulator_refs_sees_every_form():
-    tree = ast.parse("import simulators\nfrom simulators.backend import SimClock\nimport importlib\n"
-                     "importlib.import_module('simulators.pair')\nX = 'simulators.serving:SimEngine'\n"
-                     "Y = 'simulators/ is the simulator'\n")
-    assert simulator_refs(tree) == ["simulators", "simulators.backend", "simulators.pair",
-                                    "simulators.serving:SimEngine"]
+@pytest.mark.parametrize("module", sorted(m for m in MODS if m.startswith(CORE)))
+def test_core_reaches_no_edge_library(module):
+    """The core never imports Hydra, OmegaConf, wandb, the simulator or analysis: not even inside a function, and
+    not through any module it imports, however indirectly."""
+    bad = {lib: via for lib, via in libraries(MODS, EDGES, module).items() if lib in EDGE_LIBRARIES}
+    assert not bad, f"{module} reaches {sorted(bad)} (imported by {bad})"
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODS if m.startswith("ouroboros") and m != REGISTRY))
-def test_ouroboros_reaches_the_simulator_only_through_the_registry(module):
-    bad = simulator_refs(MODS[module])
-    assert not bad, f"{module} names the simulator ({bad}); reach it through {REGISTRY}"
+@pytest.mark.parametrize("module", sorted(m for m in MODS if m.startswith("ouroboros")))
+def test_ouroboros_reaches_no_simulator_module(module):
+    """No module of ouroboros imports the simulator, directly or through a chain of imports (a helper in
+    another package that imports it counts): a simulated run reaches it through its entry point only."""
+    bad = {lib: via for lib, via in libraries(MODS, EDGES, module).items() if lib == "simulators"}
+    assert not bad, f"{module} reaches the simulator (imported by {bad})"
 
 
-def test_the_registry_names_the_simulator():
-    """The registry is where backend=sim resolves: it names the simulator's modules (as strings, loaded lazily)."""
-    assert REGISTRY in MODS and simulator_refs(MODS[REGISTRY])
-    assert "simulators" not in {t.split(".")[0] for t in graph(MODS)[REGISTRY]}
+IMPORTERS = ("import_module", "__import__", "run_module", "find_spec", "load_module", "resolve")   # name -> module
+FILE_IMPORTERS = {"spec_from_file_location": 1, "run_path": 0}   # path -> module (its path argument's index): a
+#                                                                   path fixed in the code is a name too
+# a string naming a module of the simulator ("simulators", "simulators.pair", "simulators:make_pair"), or an import
+# reference "package.module:attr" (or "ouroboros:attr", ...: one of the three packages)
+SIMULATOR_REF = re.compile(r"^simulators([.:][A-Za-z_]\w*)*$")
+NAME = r"[A-Za-z_]\w*"
+IMPORT_REF = re.compile(rf"^(ouroboros|simulators|analysis|{NAME}(\.{NAME})+):{NAME}(\.{NAME})*$")
+
+
+def string_refs(tree: ast.Module) -> list[str]:
+    """Every way a module names a module to load it at run time: a string constant that names a simulator module
+    or reads as an import reference ("pkg.module:attr"), and any call of an importer (importlib.import_module,
+    __import__, runpy, a registry's resolve(...)) with arguments, whatever they are."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and (SIMULATOR_REF.match(n.value)
+                                                                          or IMPORT_REF.match(n.value)):
+            out.append(repr(n.value))
+        elif isinstance(n, ast.Call) and (n.args or n.keywords and not all(k.arg == "strict" for k in n.keywords)):
+            f = n.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            k = FILE_IMPORTERS.get(name, -1)
+            if name in IMPORTERS or 0 <= k < len(n.args) and isinstance(n.args[k], ast.Constant):
+                out.append(f"{name}({ast.unparse(n.args[max(k, 0)]) if n.args else '...'})")
+    return sorted(set(out))
+
+
+def test_string_refs_sees_every_form():
+    tree = ast.parse("import importlib\nimportlib.import_module('simulators.pair')\n"
+                     "X = 'simulators.serving:SimEngine'\nregistry.resolve('simulators:make_pair')\n"
+                     "Y = 'simulators/ is the simulator'\n"
+                     "Z = 'ouroboros.backends.hf:HFEngine'\nmod = importlib.import_module(name)\n__import__(x)\n"
+                     "p = pathlib.Path('.').resolve()\nq = path.resolve(strict=True)\nT = '12:30'\nS = 'row:hits'\n"
+                     "importlib.util.spec_from_file_location('m', path)\nrunpy.run_path('simulators/pair.py')\n")
+    assert string_refs(tree) == ["'ouroboros.backends.hf:HFEngine'", "'simulators.pair'",
+                                 "'simulators.serving:SimEngine'", "'simulators:make_pair'", "__import__(x)",
+                                 "import_module('simulators.pair')", "import_module(name)",
+                                 "resolve('simulators:make_pair')", "run_path('simulators/pair.py')"]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODS if m.startswith("ouroboros")))
+def test_ouroboros_names_no_module_in_a_string(module):
+    """A module loaded by a name in a string escapes every import rule above: the core loads none (a backend kind
+    other than hf is an entry point, ouroboros/backends/registry.py)."""
+    bad = string_refs(MODS[module])
+    assert not bad, f"{module} loads a module by name: {bad}"
+
+
+KINDS = {"hf", "sim"}   # the backend kinds this repository ships: the core's own and the simulator's plugin
+
+
+def declared_plugins() -> set[str]:
+    """The backend kinds pyproject.toml declares as entry points (group `ouroboros.backends`)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    section = text.partition('[project.entry-points."ouroboros.backends"]')[2].split("\n[", 1)[0]
+    return set(re.findall(r"^(\w+)\s*=", section, flags=re.M))
+
+
+def name_branches(tree: ast.Module, names: set[str]) -> list[str]:
+    """Comparisons of a backend's or a kind's value (`rec.backend == "sim"`, `run.backend_kind != "hf"`) with a
+    backend kind's name."""
+    out = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Compare):
+            continue
+        sides = [n.left, *n.comparators]
+        consts = {e.value for s in sides for e in ([s] + list(getattr(s, "elts", []))) if isinstance(e, ast.Constant)}
+        if consts & names and any(re.search(r"backend|kind", ast.unparse(s)) for s in sides
+                                  if not isinstance(s, ast.Constant | ast.Tuple | ast.List | ast.Set)):
+            out.append(ast.unparse(n))
+    return out
+
+
+def test_name_branches_sees_every_form():
+    tree = ast.parse("a = rec.backend == 'sim'\nb = run.backend_kind != 'hf'\nc = kind in ('sim', 'x')\n"
+                     "d = self.cfg.schedule == 'hf'\ne = kind == 'tiny'\n")
+    assert name_branches(tree, {"hf", "sim"}) == ["rec.backend == 'sim'", "run.backend_kind != 'hf'",
+                                                  "kind in ('sim', 'x')"]
+
+
+# Not yet through the kind object: a record's clock (records on disk name their backend) and the answers builder's
+# real-model check. Each one names the module that still branches; the test fails once it no longer does.
+NAME_BRANCHES_LEFT = {"ouroboros.record", "ouroboros.answers"}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODS if m.startswith("ouroboros")))
+def test_ouroboros_never_branches_on_a_backend_name(module):
+    """The core asks the run's backend kind (`run.kind`: ouroboros/backends/base.py `BackendKind`) what it can do;
+    it never compares a backend's name."""
+    bad = name_branches(MODS[module], KINDS)
+    if module in NAME_BRANCHES_LEFT:
+        assert bad, f"{module} no longer branches on a backend name: drop it from NAME_BRANCHES_LEFT"
+    else:
+        assert not bad, f"{module} branches on a backend name: {bad}; ask run.kind instead"
+
+
+def test_backend_kinds_are_objects_behind_one_interface():
+    """Every kind `backend=` takes is a BackendKind that opens its own pair and serving engine; the plugins are the
+    entry points pyproject.toml declares (the installed ones: `pip install -e .` after editing it), and their
+    modules stay out of the core's import graph."""
+    from ouroboros.backends import registry
+    from ouroboros.backends.base import BackendKind
+
+    assert registry.names() == [registry.core().name, *sorted(declared_plugins()), registry.AUTO]
+    assert set(registry.names()) == KINDS | {registry.AUTO}
+    for name in KINDS:
+        kind = registry.get(name)
+        assert isinstance(kind, BackendKind) and kind.name == name
+        assert type(kind).open_pair is not BackendKind.open_pair and type(kind).engine is not BackendKind.engine
+        module = type(kind).__module__
+        assert module in MODS and (kind is registry.core()) == module.startswith("ouroboros.")
+    assert registry.get("auto", {"kind": "profile"}).simulated and not registry.get("auto", {"kind": "tiny"}).simulated
+    with pytest.raises(OuroborosError, match=r"^unknown backend 'gpu'; known: hf, sim, auto$"):
+        registry.get("gpu")
 
 
 def test_no_private_names_across_modules():
@@ -198,3 +310,51 @@ def test_sweep_jobs_golden():
 
     parsed = OverridesParser.create().parse_overrides(["a=1,2", "b=3"])
     assert sweep_jobs(parsed) == [["a=1", "b=3"], ["a=2", "b=3"]]
+
+
+def later_kind():
+    """A backend kind a later package might declare: it claims the model kind `later` and refuses at setup."""
+    from ouroboros.backends.base import BackendKind
+
+    class Later(BackendKind):
+        name = "later"
+        model_kinds = ("later",)
+        model_noun = "later-backend model"
+
+        def setup(self, run):
+            raise OuroborosError(f"later: setup asked for {run.model['kind']} on {self.name}")
+
+    return Later()
+
+
+LATER = None
+
+
+def test_a_later_backend_plugs_in_as_an_entry_point(monkeypatch):
+    """A kind declared under the entry points is what `backend=<its name>` and `backend=auto` (for a model it
+    claims) run on, with no change to the core: validate asks it, and refuses its model kinds on another kind."""
+    from importlib.metadata import EntryPoint
+
+    from ouroboros.backends import registry
+    from ouroboros.config import BackendConfig, LoggerConfig, RunConfig, StrategyConfig, WandbConfig, validate
+
+    global LATER
+    LATER = later_kind()
+    declared = {**registry._declared(), "later": EntryPoint("later", f"{__name__}:LATER", registry.GROUP)}
+    monkeypatch.setattr(registry, "_declared", lambda: declared)
+    registry._plugin.cache_clear()
+    try:
+        assert registry.names() == ["hf", "later", "sim", "auto"] and registry.get("later") is LATER
+        quiet = LoggerConfig(console=False, wandb=WandbConfig(mode="disabled"))
+
+        def run(backend, model):
+            return RunConfig(model=model, strategy=StrategyConfig("vanilla"), dataset={"kind": "synthetic"},
+                             backend=BackendConfig(kind=backend), logger=quiet, out=None)
+
+        for backend in ("later", "auto"):
+            with pytest.raises(OuroborosError, match="^later: setup asked for later on later$"):
+                validate(run(backend, {"kind": "later"}))
+        with pytest.raises(OuroborosError, match="^model kind 'later' is a later-backend model: use backend=later$"):
+            validate(run("hf", {"kind": "later"}))
+    finally:
+        registry._plugin.cache_clear()

@@ -1,7 +1,8 @@
 """What every backend shares beyond the contract: the wall clock, the command-line error convention (`cli`,
-`report_error`), the bookkeeping of a backend that computes its own forwards (`SequenceBackend`: hf and sim) and the
-base of backends that wrap another (`BackendWrapper`). The protocol itself (`Backend`, `Scores`, `Counters`, `Clock`)
-and `OuroborosError` live in `ouroboros/contracts.py` and are re-exported here.
+`report_error`), the bookkeeping of a backend that computes its own forwards (`SequenceBackend`: hf and sim), the
+base of backends that wrap another (`BackendWrapper`), and the one boundary between the core and a backend kind
+(`BackendKind`, the pair it opens: `OpenPair`). The protocol itself (`Backend`, `Scores`, `Counters`, `Clock`) and
+`OuroborosError` live in `ouroboros/contracts.py` and are re-exported here.
 
 Backends know nothing of strategies, verification rules, budgets or logging.
 """
@@ -12,12 +13,12 @@ import functools
 import sys
 import time
 from collections.abc import Callable
-from typing import ParamSpec
+from typing import Any, NamedTuple, ParamSpec
 
 from ouroboros.contracts import Backend, Clock, Counters, OuroborosError, Scores
 
-__all__ = ["Backend", "BackendWrapper", "Clock", "Counters", "OuroborosError", "Scores", "SequenceBackend",
-           "WallClock", "cli", "report_error"]
+__all__ = ["Backend", "BackendKind", "BackendWrapper", "Clock", "Counters", "OpenPair", "OuroborosError", "Scores",
+           "SequenceBackend", "WallClock", "cli", "report_error"]
 
 
 _P = ParamSpec("_P")
@@ -182,3 +183,86 @@ class BackendWrapper:
 
     def append(self, tokens: list[int]) -> None:
         self.inner.append(tokens)
+
+
+class OpenPair(NamedTuple):
+    """A pair as its kind opened it (`BackendKind.open_pair`): the backends, the tokenizer that decodes outputs (None:
+    ids only), the end-of-sequence ids, and what the kind adds to the session: its own prompts for
+    `dataset=synthetic` (`synthetic_prompts(n, seed)`: random ids mean nothing to a surrogate LM), `route(prompts)`
+    (the prompts the session decodes, handed to the pair before it runs; returns its `note:` lines) and `margin`
+    (the target's top-2 logit margin after a prefix, which a record's divergences cite)."""
+
+    target: Backend
+    draft: Backend | None
+    tokenizer: Any
+    eos_ids: tuple[int, ...]
+    synthetic_prompts: Callable[[int, int], list[Any]] | None = None
+    route: Callable[[list[Any]], list[str]] | None = None
+    margin: Callable[[list[int]], float] | None = None
+
+
+class BackendKind:
+    """One backend kind a run names (`backend=<name>`): everything the core asks of it, so the core never branches
+    on a kind's name and never imports a kind's modules. hf (`HF`, ouroboros/backends/hf.py) is the core's own; any
+    other is a plugin declared under the `ouroboros.backends` entry points (the simulator's: simulators/plugin.py
+    `SIM`), found by ouroboros/backends/registry.py. `run` is a `ouroboros.config.RunConfig`; a check raises
+    `OuroborosError` with one line. The defaults suit a kind with nothing to add."""
+
+    name: str = ""
+    simulated = False           # a modelled clock (open-loop arrivals, load-aware drafts); False: the wall clock
+    runs_peers = False          # transformers' own generate (the peer strategies) runs on its models
+    model_tokenizer = False     # prompts are read with the model's own tokenizer (so a model without one reads none)
+    batched_prefill = False     # serving: a joining prompt may ride in the next batched forward (the default there)
+    stand_in = False            # a REST run naming no datastore retrieves from the kind's own (`stand_in_datastore`)
+    config_groups: tuple[str, ...] = ()   # the run's groups besides model and backend that its numbers depend on
+    model_kinds: tuple[str, ...] = ()     # model kinds only this kind runs (another kind refuses them) ...
+    model_noun = ""                       # ... and what such a model is, in words
+
+    def claims(self, model: dict[str, Any]) -> bool:
+        """backend=auto: whether this model spec is one this kind runs (asked of plugins; hf runs the rest)."""
+        return model.get("kind") in self.model_kinds
+
+    def setup(self, run: Any) -> None:
+        """Everything loading would refuse, checked without loading: the kind's own settings, the pair's fit."""
+
+    def check_sampling(self, run: Any) -> None:
+        """Sampling (temperature > 0) needs real next-token distributions."""
+
+    def check_serve(self, run: Any) -> None:
+        """serve.concurrency >= 1: what this kind cannot serve."""
+
+    def check_strategy(self, run: Any) -> None:
+        """Before the point is measured: its strategy can run on what decides the kind's tokens."""
+
+    def check_serving(self, run: Any, session: Any, budgets: list[int]) -> None:
+        """A served point (serve.concurrency >= 1) on the loaded session, before anything is measured."""
+
+    def default_profile(self, run: Any, typed: set[str]) -> Any:
+        """`run` with the kind's defaults for what the command line (`typed` keys) left open."""
+        return run
+
+    def notes(self, run: Any, typed: set[str]) -> list[str]:
+        """The `note:` lines on settings that decide the numbers although the command line did not pick them."""
+        return []
+
+    def open_pair(self, run: Any, stand_in: bool = False) -> OpenPair:
+        """Load the pair (`stand_in`: it serves a REST run on the kind's stand-in datastore)."""
+        raise NotImplementedError
+
+    def stand_in_datastore(self, run: Any) -> str:
+        """The datastore file a REST run naming none retrieves from (kinds with `stand_in`)."""
+        raise NotImplementedError
+
+    def hardware(self, run: Any) -> dict[str, Any] | None:
+        """What the clock measures, for the record: a modelled machine's profile; None: this machine."""
+        return None
+
+    def decisions(self, run: Any, prompts: int | None) -> dict[str, Any] | None:
+        """A record's `decisions` block (where its tokens come from, how far its numbers can be trusted) on a run of
+        `prompts` prompts; None: real models decide them."""
+        return None
+
+    def engine(self, backend: Backend, prefill: str) -> Any:
+        """The batched-serving engine (ouroboros/serving/scheduler.py `Engine`) of a pair whose target is
+        `backend`."""
+        raise NotImplementedError

@@ -18,8 +18,9 @@ type other than full / sliding attention, or a forward that fails on a small tre
 ALiBi). Such a model scores chains only; a tree draft is refused with a one-line error, never scored wrongly.
 
 Under load, `score_batch` runs one padded forward over several rows of one model and `HFEngine` is the batched
-serving engine built on it (the backend registry names it for backend=hf). The sequence bookkeeping (tokens, cache
-length, the score -> commit order, rollback) is `SequenceBackend`'s, shared with the simulator's backend.
+serving engine built on it. The sequence bookkeeping (tokens, cache length, the score -> commit order, rollback) is
+`SequenceBackend`'s, shared with the simulator's backend. `HF` is the backend kind (`BackendKind`, the core's own:
+ouroboros/backends/registry.py): its load-time checks, its pair (ouroboros/models.py `load_pair`), its engine.
 
 This module knows nothing of strategies, verification or budgets.
 """
@@ -27,11 +28,13 @@ This module knows nothing of strategies, verification or budgets.
 from __future__ import annotations
 
 import inspect
+import sys
+from typing import Any
 
 import torch
 from transformers import DynamicCache
 
-from ouroboros.backends.base import OuroborosError, Scores, SequenceBackend, WallClock
+from ouroboros.backends.base import BackendKind, OpenPair, OuroborosError, Scores, SequenceBackend, WallClock
 from ouroboros.draft import Draft, additive_mask
 
 _LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -64,7 +67,7 @@ def _index_masked(model) -> bool:
 
 
 class HFBackend(SequenceBackend):
-    kind = "hf"   # the backend registry's key (ouroboros/backends/registry.py)
+    kind = "hf"   # its backend kind's name (`HF`, below)
 
     def __init__(self, model, max_context: int | None = None, name: str = "model"):
         model.eval()
@@ -299,3 +302,55 @@ class HFEngine:
 
     def settle(self, backends: list[HFBackend]) -> None:
         pass
+
+
+class HFKind(BackendKind):
+    """backend=hf: real transformers models (ouroboros/models.py loads them), timed by the wall clock; peers run on
+    them, prompts are read with their tokenizer, each prefill under load is its own forward."""
+
+    name = HFBackend.kind
+    runs_peers = True
+    model_tokenizer = True
+
+    def setup(self, run: Any) -> None:
+        from ouroboros.checks import check_range
+        from ouroboros.models import check_device, parse_dtype
+
+        parse_dtype(run.backend.dtype)
+        check_device(run.backend.device)
+        check_range("backend.threads", run.backend.threads, lo=0)
+
+    def check_serving(self, run: Any, session: Any, budgets: list[int]) -> None:
+        """At concurrency >= 2 every model the strategy runs must take padded batched forwards (not sliding
+        windows, not ALiBi)."""
+        from ouroboros.strategies import get_spec
+
+        c = run.serve.concurrency
+        if c < 2:
+            return
+        needs = [session.target] + ([session.draft] if session.draft is not None and get_spec(run.strategy.name)
+                                    .needs_draft_model else [])
+        for be in needs:
+            why = be.batch_refusal() if isinstance(be, HFBackend) else None
+            if why:
+                raise OuroborosError(f"serve.concurrency={c} decodes requests in batched forwards, but {why}: run "
+                                     "every strategy on this model with serve.concurrency=0 or 1")
+
+    def open_pair(self, run: Any, stand_in: bool = False) -> OpenPair:
+        from ouroboros.models import load_pair
+
+        if run.backend.threads:
+            torch.set_num_threads(run.backend.threads)
+        if run.model.get("kind") != "tiny" and run.logger.console:   # real weights: converting and loading take minutes
+            what = run.model["target"] if isinstance(run.model.get("target"), str) else run.model.get("kind")
+            print(f"loading {what} ({run.backend.dtype} on {run.backend.device}) ...", file=sys.stderr, flush=True)
+        loaded = load_pair(run.model, dtype=run.backend.dtype, device=run.backend.device)
+        target = HFBackend(loaded.target, name="target")
+        draft = HFBackend(loaded.draft, name="draft") if loaded.draft is not None else None
+        return OpenPair(target, draft, loaded.tokenizer, tuple(loaded.eos_ids), margin=target.top2_margin)
+
+    def engine(self, backend: Any, prefill: str) -> HFEngine:
+        return HFEngine.for_backend(backend, prefill)
+
+
+HF = HFKind()

@@ -1,68 +1,71 @@
-"""The backend registry: each backend kind a run can name (`backend=hf|sim`) and where its parts live.
+"""The backend registry: each backend kind a run can name (`backend=hf|sim|auto`), as an object.
 
-Parts are named as "module:attribute" and imported when first asked for: nothing here loads torch (hf) or the
-simulator (sim) before a run uses it, and the simulator, which imports the core, never becomes an import of the
-core. This is the one module of `ouroboros` that names the simulator's modules (tests/test_imports.py). A backend
-says its kind (`Servable.kind` in ouroboros/contracts.py); `engine(kind)` is the batched-serving engine class its
-kind runs under load (ouroboros/serving/scheduler.py `Engine`, built with `for_backend(backend, prefill)`);
-`part(kind, name)` is one of the kind's other parts (the simulated pair's loader and its load-time checks, its
-decisions block and notes, its default calibration profile, its memory check, the stand-in datastore it gives a
-REST run that names none), for the modules that check a config, load a session or build a record.
+A kind is a `BackendKind` (ouroboros/backends/base.py): the core asks it for its checks, notes, defaults, its pair,
+its record's facts and its batched-serving engine, and never branches on its name. hf is the core's own
+(ouroboros/backends/hf.py `HF`); every other kind is a plugin an installed package declares as a Python entry point
+in the group `ouroboros.backends` (the simulator's, in pyproject.toml: `sim = simulators.plugin:SIM`), loaded when
+a run first asks for it. So nothing here loads torch (hf) or the simulator (sim) before a run uses it, and no module
+of the core names a backend's modules (tests/test_imports.py).
 
 Knows nothing of models, configs or strategies.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, field
+import functools
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from ouroboros.backends.base import BackendKind
 from ouroboros.contracts import OuroborosError
 
-
-@dataclass(frozen=True)
-class BackendKind:
-    name: str
-    engine: str       # "module:Class" of its batched-serving engine
-    parts: dict[str, str] = field(default_factory=dict)   # part name -> "module:attr"
+GROUP = "ouroboros.backends"   # the entry-point group plugins declare their kinds in
+AUTO = "auto"                  # backend=auto: the plugin that claims the model, else hf
 
 
-BACKENDS: dict[str, BackendKind] = {
-    "hf": BackendKind("hf", "ouroboros.backends.hf:HFEngine"),
-    "sim": BackendKind("sim", "simulators.serving:SimEngine", {
-        "pair": "simulators:make_pair",                          # (model, hardware, sim, seed, rest_stand_in) -> pair
-        "decisions": "simulators.trust:record_decisions",        # (sim, strategy, dataset, hardware, prompts, budget)
-        "serving_fit": "simulators.pair:check_serving_fit",      # a served point's weights + KV caches fit
-        "setup": "simulators.pair:pair_setup",                   # (model, hardware, sim): load-time checks, no tokens
-        "source_check": "simulators.pair:check_source",          # (sim, strategy): the token source decides it
-        "default_profile": "simulators.trust:with_default_profile",   # the dataset task's calibration profile
-        "notes": "simulators.trust:source_notes",                # its `note:` lines on decisions (…, hardware, budget)
-        "rest_stand_in": "simulators.stand_in:rest_stand_in",    # (sim, model) -> REST's datastore if a run has none
-    }),
-}
+def core() -> BackendKind:
+    """The core's own kind: real transformers models on the wall clock."""
+    from ouroboros.backends.hf import HF
+
+    return HF
 
 
-def backend_kind(name: str) -> BackendKind:
-    if name not in BACKENDS:
-        raise OuroborosError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
-    return BACKENDS[name]
+@functools.cache
+def _declared() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
-def resolve(ref: str) -> Any:
-    """'package.module:attr' -> the attribute (its module imported now)."""
-    module, _, attr = ref.partition(":")
-    return getattr(importlib.import_module(module), attr)
+@functools.cache
+def _plugin(name: str) -> BackendKind:
+    kind = _declared()[name].load()
+    if not isinstance(kind, BackendKind) or kind.name != name:
+        raise OuroborosError(f"backend plugin {name!r} ({_declared()[name].value}) is not a BackendKind named {name!r}")
+    return kind
 
 
-def engine(kind: str) -> Any:
-    """The batched-serving engine class of a backend kind."""
-    return resolve(backend_kind(kind).engine)
+def plugins() -> list[BackendKind]:
+    """The installed plugin kinds (loaded now), by name."""
+    return [_plugin(n) for n in sorted(_declared())]
 
 
-def part(kind: str, name: str) -> Any:
-    """A named part of a backend kind (`BackendKind.parts`)."""
-    ref = backend_kind(kind).parts.get(name)
-    if ref is None:
-        raise OuroborosError(f"backend {kind!r} has no {name!r}")
-    return resolve(ref)
+def names() -> list[str]:
+    """What `backend=` takes."""
+    return [core().name, *sorted(_declared()), AUTO]
+
+
+def get(name: str, model: dict[str, Any] | None = None) -> BackendKind:
+    """The kind `backend=<name>` runs on (`auto`: the plugin kind that claims `model`, else hf); an unknown name is
+    one line naming the known ones."""
+    if name == AUTO:
+        return next((k for k in plugins() if k.claims(model or {})), None) or core()
+    if name in _declared():
+        return _plugin(name)
+    if name == core().name:
+        return core()
+    hint = "" if _declared() else f" (no backend plugin is installed: `pip install -e .` declares them in {GROUP})"
+    raise OuroborosError(f"unknown backend {name!r}; known: {', '.join(names())}{hint}")
+
+
+def owner(model: dict[str, Any]) -> BackendKind | None:
+    """The plugin kind whose model kinds include `model`'s (only that kind runs it), if any."""
+    return next((k for k in plugins() if model.get("kind") in k.model_kinds), None)

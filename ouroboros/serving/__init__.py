@@ -6,5 +6,6 @@
     loadaware.py   LoadAware: caps each step's draft depth by expected tokens per batched second
 
 The engines that fire the batched forwards belong to their backends (ouroboros/backends/hf.py `HFEngine`,
-simulators/serving.py `SimEngine`), reached through the backend registry. Knows nothing of Hydra or records.
+simulators/serving.py `SimEngine`): a backend kind's `engine(backend, prefill)` (ouroboros/backends/base.py
+`BackendKind`). Knows nothing of Hydra or records.
 """

@@ -28,7 +28,7 @@ __all__ = ["DRAFT", "PREFILL", "TARGET", "Engine", "Row", "Scheduler", "Task"]
 
 
 class Engine(Protocol):
-    """What fires a batch's forwards (the backend registry names one per backend kind): `forward` scores every
+    """What fires a batch's forwards (each backend kind builds its own: `BackendKind.engine`): `forward` scores every
     row's draft in ONE batched forward of one model, charging `clock` once; `prefill` runs (or defers) a joining
     request's prefill; `settle` charges what a leaving request still owes (a deferred prefill)."""
 
