@@ -112,7 +112,7 @@ def check_model(run: Any) -> dict[str, Any]:
     """The model spec to load (the target alone), or a one-line refusal; loads nothing."""
     from ouroboros.models import check_device, loading_options, parse_dtype
 
-    if run.backend_kind != "hf":
+    if run.kind.simulated:
         raise OuroborosError("the answers are a real model's own: run the build with a real pair (backend=hf), then "
                              "point a simulated run at their folder with dataset.answers_dir=<folder>")
     kind, _ = loading_options(run.model)

@@ -83,8 +83,9 @@ class Record:
     # ------------------------------------------------------------------------------------------- views
     @property
     def clock(self) -> str:
-        """'modelled' (simulator) or 'wall'."""
-        return "modelled" if self.backend == "sim" else "wall"
+        """'modelled' or 'wall': a modelled clock's record always says where its decisions come from (`decisions`,
+        from its backend kind); a measured one has no decisions block."""
+        return "modelled" if self.decisions is not None else "wall"
 
     @property
     def seconds(self) -> float:

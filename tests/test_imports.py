@@ -256,9 +256,8 @@ def test_name_branches_sees_every_form():
                                                   "kind in ('sim', 'x')"]
 
 
-# Not yet through the kind object: a record's clock (records on disk name their backend) and the answers builder's
-# real-model check. Each one names the module that still branches; the test fails once it no longer does.
-NAME_BRANCHES_LEFT = {"ouroboros.record", "ouroboros.answers"}
+# Modules that still branch on a backend's name (none now); the test fails once a listed one no longer does.
+NAME_BRANCHES_LEFT: set[str] = set()
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODS if m.startswith("ouroboros")))
