@@ -142,7 +142,7 @@ for _name in _MATERIALISING:
 
 
 class SimBackend(HostCharging, SequenceBackend):
-    kind = "sim"   # the backend registry's key (ouroboros/backends/registry.py)
+    kind = "sim"   # its backend kind's name (simulators/plugin.py SIM)
 
     def __init__(self, lm: TokenModel, cost: CostModel, clock: SimClock, max_context: int = 4096,
                  name: str = "model"):

@@ -1,6 +1,6 @@
 """The simulated serving engine: batched forwards under load (ouroboros/batch.py) on the `sim` backend.
 
-`SimEngine` is the backend registry's engine for backend=sim (ouroboros/backends/registry.py): each row of a
+`SimEngine` is the sim backend kind's engine (simulators/plugin.py `SimKind.engine`): each row of a
 batched forward is scored by its own backend (surrogate, replayed or proxy decisions, exactly as alone), and the
 engine's simulated clock is charged the cost model's `batch_forward_s` of the rows' shapes, once per batched
 forward.

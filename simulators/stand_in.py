@@ -5,7 +5,7 @@ per process and saved to a temporary .npz that the REST proposer loads as any da
 `sim.recall_text`, the target of a pair built for such a run knows its text (`make_pair(..., rest_stand_in=True)`),
 as `check decisions` gives a REST run's target its own datastore. A real backend has no stand-in.
 
-Reached from ouroboros through ouroboros/backends/registry.py only. Knows nothing of the loop.
+Reached from ouroboros through the sim backend kind only (simulators/plugin.py). Knows nothing of the loop.
 """
 
 from __future__ import annotations
