@@ -9,7 +9,10 @@ Cost (which seconds each forward is charged), in order of precedence:
 plus, per decode step, the strategy's host time where hardware.proposer_costs has the pair's target (host.py).
 Tokens (sim.tokens): `surrogate` (n-gram target + bursty draft), `iid` (draft agrees with probability
 sim.alpha, i.i.d.), `replay` (sim.trace: a trace recorded by `simulators.replay`), `proxy` (sim.proxy_model:
-a real pair loaded by `ouroboros.models.load_pair` decides the tokens).
+a real pair loaded by `ouroboros.models.load_pair` decides the tokens). A surrogate pair's own prompts
+(`default_prompts`, what a synthetic dataset decodes on the simulator) are cut from its corpus, 0.75x to 1.25x
+sim.prompt_len tokens long (`prompt_span`: how `calibrate measured` cuts a task's; without it 32 to 96), each with
+sim.max_new_tokens new tokens where set (a task stand-in: simulators/trust.py).
 
 Knows nothing of strategies or the loop.
 """
@@ -21,8 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.backends.base import Backend
 from ouroboros.datasets import Prompt
+from ouroboros.errors import OuroborosError
 from simulators.backend import ProxyBackend, SimBackend, SimClock
 from simulators.cost_model import CostModel, check_fits, from_spec, scaled_to
 from simulators.hardware import Hardware
@@ -70,6 +74,15 @@ class SimPair:
         if self._prompt_fn is None:
             raise OuroborosError("this simulated pair has no embedded prompts (token source is not a surrogate)")
         return self._prompt_fn(n, seed)
+
+
+def prompt_span(prompt_len: int | None) -> tuple[int, int]:
+    """(shortest, longest) tokens of the simulator's own prompts: 0.75x to 1.25x sim.prompt_len (at least 8), as
+    `calibrate measured` cuts its fit's (simulators/calibration/paper_fit.py task_prompts); the surrogate's 32 to 96
+    without one."""
+    if prompt_len is None:
+        return 32, 96
+    return max(8, round(0.75 * prompt_len)), max(8, round(1.25 * prompt_len))
 
 
 def sim_options(sim: dict[str, Any] | SimConfig | None) -> SimConfig:
@@ -256,8 +269,9 @@ def _make_pair(opts: SimConfig, prof: PairProfile, hw: Hardware, costs: dict[str
         by_category = {c: sources[str(o.profile)] for c, o in per_cat.items()}
 
         def prompts(n: int, s: int) -> list[Prompt]:
-            return [Prompt(id=f"sim-{opts.corpus}-{i}", ids=ids, category=opts.corpus,
-                           text=lm.corpus.tokenizer.decode(ids)) for i, ids in enumerate(lm.prompts(n, s))]
+            return [Prompt(id=f"sim-{opts.corpus}-{i}", ids=ids, max_new_tokens=opts.max_new_tokens,
+                           category=opts.corpus, text=lm.corpus.tokenizer.decode(ids))
+                    for i, ids in enumerate(lm.prompts(n, s, *prompt_span(opts.prompt_len)))]
 
         tok = prompt_tokenizer(opts, model, lm.corpus.tokenizer, specials_eos(opts))
         return SimPair(target, draft, clock, tok, (lm.corpus.tokenizer.eos_id,), costs, prof, hw, prompts, by_category)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ouroboros.backends.base import Backend, BackendKind, OpenPair, OuroborosError
+from ouroboros.backends.base import Backend, BackendKind, OpenPair
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import get_spec, needs_stand_in
 from simulators.pair import check_serving_fit, check_source, make_pair, pair_setup
 from simulators.serving import SimEngine
@@ -129,10 +130,12 @@ class SimKind(BackendKind):
         """The profile as simulated: sim.placement / sim.devices override its own."""
         return {**(run.hardware or {}), **{k: run.sim[k] for k in ("placement", "devices") if run.sim.get(k)}}
 
-    def decisions(self, run: Any, prompts: int | None) -> dict[str, Any]:
+    def decisions(self, run: Any, prompts: int | None, budget: int | None = None) -> dict[str, Any]:
         """Where the tokens come from and the strategy's measured error band (on a run of `prompts` prompts: at
-        least how far that many real prompts stray from their task's); a REST point on the stand-in says so."""
-        out = record_decisions(run.sim, run.strategy.name, run.dataset, run.hardware, prompts, run.max_new_tokens)
+        least how far that many real prompts stray from their task's; `budget`: the new tokens in effect, which
+        the off-fit check compares with the profile's); a REST point on the stand-in says so."""
+        out = record_decisions(run.sim, run.strategy.name, run.dataset, run.hardware, prompts,
+                               budget or run.max_new_tokens)
         if on_stand_in(run):
             out["rest_datastore"] = rest_stand_in(run.sim, run.model).record(run.sim)
         return dict(out)

@@ -18,8 +18,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.checks import in_range, range_words
+from ouroboros.errors import OuroborosError
 
 COPY_FROM = ("context", "prompt")
 TAIL_LEN = 8     # tokens of context the surrogate target's choices read (its n-gram order is at most this)
@@ -34,6 +34,8 @@ SHAPES = ("spec", "flat")
 # group -> what its options describe (a header line in conf/sim/default.yaml and docs/simulator.md)
 GROUPS = {
     "source": "where the token decisions come from",
+    "prompts": "the simulator's own prompts (dataset=synthetic with surrogate tokens): the task they stand for, set "
+               "by the run from dataset.task or the model YAML's default_task (simulators/trust.py)",
     "text": "the text prior: how the surrogate target writes and reads text. Fitted by `python -m simulators "
             "calibrate prior` to the real Qwen2.5-Coder pair's recorded greedy runs of HumanEval, GSM8K and MT-Bench "
             "(fit prompts only; no published figure); a profile fitted to a pair's own recordings overrides them",
@@ -78,6 +80,17 @@ class SimConfig:
                                              "decide that category's prompts; others get these options: the real "
                                              "pair's block efficiency differs up to 1.6x between MT-Bench categories "
                                              "(docs/simulator.md); set from the model YAML's sim_category_profiles")
+    # ------------------------------------------------------------------------------------------ own prompts
+    task: str | None = opt(None, "prompts", "the task the simulator's own prompts stand for (null: none): its profile "
+                           "decides their tokens, and they get its length and budget below; the run sets it from "
+                           "dataset.task (none: no task) or the model YAML's default_task")
+    prompt_len: int | None = opt(None, "prompts", "the simulator's own prompts' typical length (tokens): each is cut "
+                                 "from the corpus at 0.75x to 1.25x of it, as `calibrate measured` cut its fit's; a "
+                                 "measured profile holds its task's, the run sets the task's (null: 32 to 96 tokens)",
+                                 lo=1)
+    max_new_tokens: int | None = opt(None, "prompts", "the simulator's own prompts' new-token budget (null: the run's "
+                                     "max_new_tokens): the run sets the task's (GSM8K 256, CNN/DM 128, WMT16 64, "
+                                     "HumanEval 512) unless max_new_tokens is typed", lo=1)
     # ------------------------------------------------------------------------------------------ text prior
     corpus: str = opt("code", "text", "the text the target continues: code (stdlib top-level modules) | pycode "
                       "(stdlib packages only, none of REST's stdlib datastore) | prose (the interpreter's help "

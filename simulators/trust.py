@@ -2,29 +2,42 @@
 
 - `dataset_task(dataset)`: the task a dataset config stands for (humaneval, mtbench, gsm8k, ...), Spec-Bench
   categories included (math_reasoning -> gsm8k, summarization -> cnndm, translation -> wmt16, MT-Bench's eight
-  -> mtbench, qa -> nq, rag -> rag); None when the prompts span several tasks or none.
+  -> mtbench, qa -> nq, rag -> rag); None when the prompts span several tasks or none (`dataset.task=none`).
+- Task stand-ins: a synthetic dataset on the simulator decodes the simulator's own prompts, cut from its surrogate's
+  corpus; they stand for `dataset.task`, else the model YAML's `default_task` (llama70b_7b: gsm8k, the main job),
+  unless `dataset.task=none`: the run then takes the task's profile, its prompt length (the `prompt_len`
+  `calibrate measured` writes into each profile: 0.75x to 1.25x of it, as that fit cut its prompts) and its
+  budget (GSM8K 256, ...; a typed max_new_tokens wins), as sim.task / sim.prompt_len / sim.max_new_tokens, and one
+  `note:` says which task, from where, and how to pick another or none (`stand_in_options`, `stand_in_note`).
 - `default_profile(model, dataset)`: the calibration profile the pair's conf/model YAML names for that task
   (`sim_profiles:`); `with_default_profile` puts it under a run's sim options unless `sim=` was typed.
 - `decision_source(sim)`: `recorded` (a replayed real trace), `proxy` (a small real pair decides), `iid` (a toy
-  agreement rate), `profile <name>` (fitted to what its `fit:` block names) or `prior` (not calibrated for this pair
-  and task), with the 80% error band that the project's own held-out checks measured for that kind of source
-  (conf/calibration/bands.yaml, written by `python -m simulators calibrate bands`), on a run of N prompts at least
-  as wide as N real prompts of the task stray from it (`widened`; conf/calibration/prompt_floor.yaml, written by
-  `python -m simulators calibrate floor`).
+  agreement rate), `profile <name>` (fitted to what its `fit:` block names: `fitted_to` lists its inputs, each
+  inferred one marked inferred; a measured profile's label names its setting, `profile llama70b_7b_gsm8k (vanilla +
+  SpS, 2x A800, GSM8K; SpS eta inferred)`) or `prior` (not calibrated for this pair and task), with the 80% error
+  band that the project's own held-out checks measured for that kind of source (conf/calibration/bands.yaml,
+  written by `python -m simulators calibrate bands`), on a run of N prompts at least as wide as N real prompts of
+  the task stray from it (`widened`; conf/calibration/prompt_floor.yaml, written by `python -m simulators calibrate
+  floor`). A profile whose SpS eta was inferred (`fit.inferred_eta_spread` s: how far that eta moves over the draft
+  overhead's plausible range) widens each measured band b of the strategies that run the draft to sqrt(b^2 + s^2):
+  the held-out bands were measured with eta given, so the two errors are independent and add in quadrature
+  (`inferred_widened`).
 - `off_fit(sim, dataset, hardware, budget)`: where a run leaves what its profile's `fit:` names (hardware, devices
   and placement; new-token budget; task): a `note:` line before the run and `off_fit` in each record's decisions.
 
-Knows nothing of strategies or the loop.
+Knows nothing of strategies (but whether one runs the draft model) or the loop.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import re
 from typing import Any
 
 import yaml
 
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.sources import DEFAULT_MAX_NEW_TOKENS, SPECBENCH_BUDGETS
 from simulators.profiles import conf_root, load_conf
 
@@ -34,6 +47,8 @@ DATASET_TASKS = {"humaneval": "humaneval", "mtbench": "mtbench", "mbpp": "mbpp",
 SPECBENCH_TASKS = {"math_reasoning": "gsm8k", "summarization": "cnndm", "translation": "wmt16", "qa": "nq",
                    "rag": "rag", **{c: "mtbench" for c in ("writing", "roleplay", "reasoning", "math", "coding",
                                                              "extraction", "stem", "humanities")}}
+NO_TASK = "none"          # dataset.task=none: a synthetic dataset stands for no task
+OWN_PROMPTS = ("surrogate", "iid")   # token sources whose pair cuts its own prompts (dataset=synthetic)
 BAND_LEVEL = 0.8          # the bands are this central share of the measured relative errors
 BAND_METRICS = ("block_efficiency", "tokens_per_s", "speedup")
 
@@ -42,7 +57,7 @@ def dataset_task(dataset: dict[str, Any]) -> str | None:
     """The task of a dataset config: its kind's, `dataset.task` if set, or (Spec-Bench, MT-Bench) the one task
     its `categories` all map to. None: several tasks, or prompts of no task (synthetic, text)."""
     if dataset.get("task"):
-        return str(dataset["task"])
+        return None if str(dataset["task"]) == NO_TASK else str(dataset["task"])
     kind = str(dataset.get("kind", ""))
     if kind == "specbench":
         cats = dataset.get("categories")
@@ -92,17 +107,91 @@ def stored_profiles() -> dict[str, dict[str, Any]]:
 
 def with_default_profile(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any],
                          typed: set[str]) -> dict[str, Any]:
-    """`sim` with the pair's profile for the dataset's task under it, when the command line did not pick a sim
-    option set (`sim=...`) and the options are the uncalibrated prior's; `sim.<key>=v` typed still wins."""
-    name = default_profile(model, dataset)
-    if name is None or "sim" in typed or sim.get("fit") or sim.get("tokens", "surrogate") != "surrogate":
-        return sim
-    from simulators.sim_profiles import load_profile
+    """`sim` with the pair's profile for the run's task under it, when the command line did not pick a sim option
+    set (`sim=...`) and the options are the uncalibrated prior's; `sim.<key>=v` typed still wins. The run's task is
+    its dataset's, or on a synthetic dataset the one the simulator's own prompts stand for (`stand_in_options`)."""
+    own = own_prompts(sim, dataset)
+    task = stand_in_task(sim, model, dataset, typed) if own else None
+    ds = {**dataset, "task": task} if task else dataset
+    name = default_profile(model, ds)
+    out = sim
+    if name is not None and "sim" not in typed and not sim.get("fit") and sim.get("tokens", "surrogate") == "surrogate":
+        from simulators.sim_profiles import load_profile
 
-    prof = load_profile(name)
-    routes = category_profiles(model, dataset) if name == default_profile(model, dataset, formats=False) else None
-    kept = {k.split(".", 1)[1] for k in typed if k.startswith("sim.")}
-    return {**sim, **prof, **({"by_category": routes} if routes else {}), **{k: sim[k] for k in kept if k in sim}}
+        prof = load_profile(name)
+        routes = category_profiles(model, ds) if name == default_profile(model, ds, formats=False) else None
+        kept = {k.split(".", 1)[1] for k in typed if k.startswith("sim.")}
+        out = {**sim, **prof, **({"by_category": routes} if routes else {}), **{k: sim[k] for k in kept if k in sim}}
+    if own:
+        out = {**out, **stand_in_options(task, model, dataset, typed, out)}
+    return sim if out == sim else out
+
+
+def own_prompts(sim: dict[str, Any], dataset: dict[str, Any]) -> bool:
+    """Whether the run decodes the simulator's own prompts (dataset=synthetic: cut from the surrogate's corpus)."""
+    return dataset.get("kind") == "synthetic" and sim.get("tokens", "surrogate") in OWN_PROMPTS
+
+
+def task_key(name: Any) -> str:
+    """A fit's task name as a task key: GSM8K -> gsm8k, CNN/DM -> cnndm."""
+    return str(name or "").lower().replace("/", "")
+
+
+def stand_in_task(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any], typed: set[str]) -> str | None:
+    """The task a synthetic dataset's prompts stand for on the simulator: `dataset.task` (or a typed `sim.task`),
+    else the model YAML's `default_task`; None for `none` or without either. A task no stored profile, dataset or
+    budget knows is one error line."""
+    given = dataset.get("task") or (sim.get("task") if "sim.task" in typed else None) or model.get("default_task")
+    if not given or str(given) == NO_TASK:
+        return None
+    task = str(given)
+    known = known_tasks(model)
+    if task not in known:
+        what = ("dataset.task" if dataset.get("task") else "sim.task" if "sim.task" in typed else
+                f"conf/model/{pair_name(model)}.yaml's default_task")
+        raise OuroborosError(f"{what} {task!r} is no task the simulator knows; known: {', '.join(sorted(known))} "
+                             f"(or {NO_TASK})")
+    return task
+
+
+def known_tasks(model: dict[str, Any]) -> set[str]:
+    """The tasks a synthetic dataset may stand for: the datasets', Spec-Bench categories', the budgeted ones, the
+    stored profiles' and the pair's own."""
+    return ({*DATASET_TASKS.values(), *SPECBENCH_TASKS.values(), *DEFAULT_MAX_NEW_TOKENS}
+            | {task_key((p.get("fit") or {}).get("task")) for p in stored_profiles().values() if p.get("fit")}
+            | set(model.get("sim_profiles") or {})) - {""}
+
+
+def task_profile(model: dict[str, Any], task: str) -> dict[str, Any] | None:
+    """The stored profile holding `task`'s prompt statistics (its `prompt_len`, which `calibrate measured` writes,
+    and its corpus): the pair's own profile for the task where it holds them, else the first stored profile fitted on
+    the task that does; None if none."""
+    own = default_profile(model, {"task": task}, formats=False)
+    profs = stored_profiles()
+    names = ([own] if own else []) + sorted(n for n, p in profs.items()
+                                            if task_key((p.get("fit") or {}).get("task")) == task)
+    return next((profs[n] for n in names if (profs.get(n) or {}).get("prompt_len")), None)
+
+
+def stand_in_options(task: str | None, model: dict[str, Any], dataset: dict[str, Any], typed: set[str],
+                     sim: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The sim options that make the simulator's own prompts stand for `task`: `task`; `prompt_len` (the task's:
+    `task_profile`; the run's profile for the task holds the same figure); `max_new_tokens` (the task's budget,
+    GSM8K 256, ..., else the one `task_profile` was fitted at; none where max_new_tokens is typed; a
+    dataset.max_new_tokens wins); on options fitted to no profile (the prior), the task's `corpus` too. Without a
+    task, none of them: a profile typed with sim= does not lengthen the prompts of a run that stands for no task.
+    `sim.<key>` typed wins."""
+    prof = task_profile(model, task) if task else None
+    if task and dataset.get("max_new_tokens"):
+        budget: int | None = int(dataset["max_new_tokens"])
+    elif not task or "max_new_tokens" in typed:
+        budget = None
+    else:   # the task's paper budget, else the one its profile was fitted at
+        budget = DEFAULT_MAX_NEW_TOKENS.get(task) or (fitted_budget(prof.get("fit") or {}) if prof else None)
+    out = {"task": task, "prompt_len": int(prof["prompt_len"]) if prof else None, "max_new_tokens": budget}
+    if prof and prof.get("corpus") and not (sim or {}).get("fit"):
+        out["corpus"] = prof["corpus"]
+    return {k: v for k, v in out.items() if f"sim.{k}" not in typed}
 
 
 def category_profiles(model: dict[str, Any], dataset: dict[str, Any]) -> dict[str, str] | None:
@@ -151,6 +240,8 @@ def decision_source(sim: dict[str, Any], dataset: dict[str, Any] | None = None) 
     if fit:
         src = {"kind": "profile", "name": sim.get("profile") or sim.get("pair"), "method": profile_method(fit),
                "fitted_to": fitted_to(fit)}
+        if src["method"] == "measured":
+            src["setting"] = fit_setting(fit)
         if sim.get("by_category"):   # each category's prompts decided by its own profile
             src["by_category"] = dict(sim["by_category"])
         return {**src, "other_format": True} if other_format(fit, dataset) else src
@@ -164,16 +255,56 @@ def profile_method(fit: dict[str, Any]) -> str:
     return "recorded" if "recorded_runs" in (fit.get("inputs") or {}) else "measured"
 
 
+# a measured profile's fit.inputs, as its notes and tables name them
+INPUT_NAMES = {"vanilla_tok_s": "vanilla token/s", "sps_tok_s": "SpS token/s", "sps_speedup": "SpS speedup",
+               "sps_block_efficiency": "SpS eta", "setting_mean_accepted_tokens": "the setting's mean accepted tokens"}
+
+
+def inferred(value: Any) -> bool:
+    """An input the calibration filled in ({value, inferred: how}), not one it was given."""
+    return isinstance(value, dict) and "inferred" in value
+
+
 def fitted_to(fit: dict[str, Any]) -> str:
+    """What a profile was fitted to: its recorded runs, or its measured inputs (the given ones, then each inferred
+    one with its value, how it was found and, for an SpS eta, its spread)."""
     task = fit.get("task", "?")
     inputs = fit.get("inputs") or {}
     if profile_method(fit) == "recorded":
         return (f"{len(inputs.get('recorded_runs') or [])} recorded real runs of the pair on {task} "
                 f"({inputs.get('prompts', '?')} prompts)")
-    names = {"vanilla_tok_s": "vanilla token/s", "sps_tok_s": "SpS token/s", "sps_block_efficiency": "SpS eta"}
-    keys = [names[k] for k in names if k in inputs]
+    keys = [name for k, name in INPUT_NAMES.items() if k in inputs and not inferred(inputs[k])]
     sps = f" ({inputs['sps']})" if inputs.get("sps") else ""
-    return f"the pair's {task} {', '.join(keys)}{sps}"
+    guessed = []
+    for k, name in INPUT_NAMES.items():
+        if k in inputs and inferred(inputs[k]):
+            how = str(inputs[k]["inferred"]).split(" (")[0].split(":")[0]
+            spread = (f", ±{float(fit['inferred_eta_spread']):.0%}: the bands of strategies that run the draft include "
+                      "it" if k == "sps_block_efficiency" and fit.get("inferred_eta_spread") else "")
+            guessed.append(f"{name} {float(inputs[k].get('value') or 0):.3g} inferred ({how}{spread})")
+    return f"the pair's {task} {', '.join(keys)}{sps}" + (f"; {', '.join(guessed)}" if guessed else "")
+
+
+def fit_setting(fit: dict[str, Any]) -> str:
+    """A measured profile's setting in a few words: what it was given, on which machine, for which task, and what
+    was inferred ("vanilla + SpS, 2x A800, GSM8K; SpS eta inferred")."""
+    inputs = fit.get("inputs") or {}
+    vanilla = "vanilla_tok_s" in inputs and not inferred(inputs["vanilla_tok_s"])
+    words = ["vanilla + SpS" if vanilla else "SpS speedup", hardware_words(fit.get("hardware")), fit.get("task")]
+    guessed = [name for k, name in INPUT_NAMES.items() if k in inputs and inferred(inputs[k])]
+    return ", ".join(str(w) for w in words if w) + (f"; {' and '.join(guessed)} inferred" if guessed else "")
+
+
+def hardware_words(name: Any) -> str | None:
+    """A conf/hardware profile as a reader names the machine: a800x2 -> "2x A800", h100 -> "H100" (its chip from the
+    name, its device count from the profile)."""
+    if not name:
+        return None
+    known = (conf_root() / "hardware" / f"{name}.yaml").is_file()
+    devices = load_conf("hardware", str(name)).get("devices") if known else None
+    m = re.fullmatch(r"([a-z]+\d+)(?:x\d+)?", str(name))
+    chip = m.group(1).upper() if m else str(name)
+    return f"{devices}x {chip}" if isinstance(devices, int) and devices > 1 else chip
 
 
 def band_key(source: dict[str, Any]) -> str:
@@ -245,6 +376,41 @@ def widened(band: dict[str, Any], task: str | None, strategy: str, prompts: int 
                                               "measured_band": {m: band[m] for m in wider}}}
 
 
+def runs_draft(strategy: str) -> bool:
+    """Whether a strategy runs the draft model (speculative, cascade, Ouroboros, transformers' assisted generation):
+    what a profile's draft agreement and draft overhead move."""
+    from ouroboros.strategies import PEERS, REGISTRY, get_spec
+
+    return (strategy in REGISTRY or strategy in PEERS) and get_spec(strategy).needs_draft_model
+
+
+def inferred_widened(band: dict[str, Any], fit: dict[str, Any], strategy: str) -> dict[str, Any]:
+    """`band` of a strategy that runs the draft, on a profile whose SpS eta was inferred (fit.inferred_eta_spread s,
+    relative: how far the inferred eta moves over the draft overhead's plausible range): each measured metric's
+    half-width b becomes sqrt(b^2 + s^2). The held-out bands were measured on profiles given their eta, so they hold
+    none of this uncertainty; the two are independent, so they add in quadrature (b + s would be their worst case,
+    within 0.1 of it where one is 3x the other). s is eta's own spread; a draft strategy's speedup moves less (a
+    higher eta comes with a dearer draft, the SpS token/s fitted), so it bounds its speedup's too. Strategies that
+    do not run the draft, and vanilla, keep their band: the target's side was fitted to given figures. An unmeasured
+    metric stays unmeasured; `inferred_eta` says what was widened and from what."""
+    s = fit.get("inferred_eta_spread")
+    if not s or not runs_draft(strategy):
+        return band
+    wider = {m: round(math.hypot(float(band[m]), float(s)), 4) for m in BAND_METRICS if band.get(m) is not None}
+    if not wider:
+        return band
+    return {**band, **wider, "inferred_eta": {"spread": float(s), "measured_band": {m: band[m] for m in wider}}}
+
+
+def run_task(sim: dict[str, Any], dataset: dict[str, Any]) -> str | None:
+    """The task a run's prompts are: its dataset's (`dataset_task`), or the one the simulator's own prompts stand
+    for (`sim.task`, set by `with_default_profile`)."""
+    task = dataset_task(dataset)
+    if task is None and own_prompts(sim, dataset) and sim.get("task"):
+        return str(sim["task"])
+    return task
+
+
 def record_decisions(sim: dict[str, Any], strategy: str, dataset: dict[str, Any] | None = None,
                      hardware: dict[str, Any] | None = None, prompts: int | None = None,
                      budget: int | None = None) -> dict[str, Any]:
@@ -252,14 +418,18 @@ def record_decisions(sim: dict[str, Any], strategy: str, dataset: dict[str, Any]
     profile's speedup band was measured on a clock fitted to the loop's own forwards on the machine that ran the
     held-out sweeps (`calibrate clock --records`); on any other clock it is not shown (`?`). A per-task source's
     band on a run of `prompts` prompts is at least how far that many real prompts stray from their task's (`widened`):
-    the held-out bands were measured on groups of 2-10 prompts. A profile run off the setting it was fitted on
-    (`off_fit`: hardware, new-token budget `budget`, task) says which, fitted and run side by side."""
+    the held-out bands were measured on groups of 2-10 prompts. A profile whose SpS eta was inferred widens the bands
+    of the strategies that run the draft by that eta's spread (`inferred_widened`). A profile run off the setting it
+    was fitted on (`off_fit`: hardware, new-token budget `budget`, task) says which, fitted and run side by side. A
+    run of the simulator's own prompts has the task and budget they stand for (`run_task`, sim.max_new_tokens)."""
     src = decision_source(sim, dataset)
     band = band_for(src, strategy)
     if band and band_key(src) == "profile_recorded" and strategy != "vanilla" and not records_clock(hardware):
         band = {**band, "speedup": None, "tokens_per_s": None}
+    if band and src["kind"] == "profile":
+        band = inferred_widened(band, sim.get("fit") or {}, strategy)
     if band and src["kind"] in ("profile", "prior"):
-        band = widened(band, dataset_task(dataset or {}), strategy, prompts)
+        band = widened(band, run_task(sim, dataset or {}), strategy, prompts)
     off = off_fit(sim, dataset or {}, hardware, budget) if src["kind"] == "profile" else {}
     return {**src, "label": source_label(src), "band": band, **({"off_fit": off} if off else {})}
 
@@ -274,12 +444,15 @@ def fitted_budget(fit: dict[str, Any]) -> int | None:
     return int(b) if b else None
 
 
-def run_budget(dataset: dict[str, Any], budget: int | None) -> int | None:
+def run_budget(dataset: dict[str, Any], budget: int | None, sim: dict[str, Any] | None = None) -> int | None:
     """The new-token budget a run's prompts get: `dataset.max_new_tokens` (a typed max_new_tokens is copied there),
     else the dataset's per-task one (HumanEval 512, a Spec-Bench category's task's), else the run's `budget`; None
-    when its prompts' budgets differ, or without the run's `budget` (not checked)."""
+    when its prompts' budgets differ, or without the run's `budget` (not checked). The simulator's own prompts
+    (`sim` given) have sim.max_new_tokens where set (a task stand-in's)."""
     if budget is None:
         return None
+    if sim is not None and own_prompts(sim, dataset):
+        return int(sim.get("max_new_tokens") or budget)
     if dataset.get("max_new_tokens"):
         return int(dataset["max_new_tokens"])
     kind = dataset.get("kind")
@@ -307,10 +480,10 @@ def off_fit(sim: dict[str, Any], dataset: dict[str, Any], hardware: dict[str, An
         differs = there != here if known else str(fit["hardware"]) != hardware.get("name")   # unknown: by name
         if differs:
             out["hardware"] = {"fitted": there, "run": here}
-    mine, theirs = run_budget(dataset, budget), fitted_budget(fit)
+    mine, theirs = run_budget(dataset, budget, sim), fitted_budget(fit)
     if mine and theirs and mine != theirs:
         out["max_new_tokens"] = {"fitted": theirs, "run": mine}
-    task, fit_task = dataset_task(dataset), str(fit.get("task", "")).lower().replace("/", "")
+    task, fit_task = run_task(sim, dataset), task_key(fit.get("task"))
     if task and fit_task and fit_task != task:
         out["task"] = {"fitted": fit_task, "run": task}
     return out
@@ -342,7 +515,7 @@ def source_label(src: dict[str, Any]) -> str:
         other = ", other prompt format" if src.get("other_format") else ""
         cats = (f" + per category {', '.join(sorted(set(src['by_category'].values())))}"
                 if src.get("by_category") else "")
-        return f"profile {src['name']} ({src.get('method')}{other}){cats}"
+        return f"profile {src['name']} ({src.get('setting') or src.get('method')}{other}){cats}"
     if src["kind"] in ("recorded", "proxy"):
         return f"{src['kind']} {src['name']}"
     return src["kind"]
@@ -353,9 +526,39 @@ def source_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, 
     """The `note:` lines a simulated run prints about its decisions: the profile picked for it (and, for a recorded
     profile on a clock not fitted to the loop's forwards, why its speedups have no band; for a run off the hardware,
     new-token budget `budget` or task it was fitted on, which: `off_fit`), or that it runs on the prior and how to
-    calibrate."""
+    calibrate; first, on the simulator's own prompts, the task they stand for (`stand_in_note`)."""
+    first = stand_in_note(sim, model, dataset, typed)
+    return ([first] if first else []) + decision_notes(sim, model, dataset, typed, hardware, budget)
+
+
+def stand_in_note(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any], typed: set[str]) -> str | None:
+    """One line on the task a synthetic dataset stands for on the simulator (its prompts' length and budget, where
+    the task came from, how to pick another or none); None where it stands for none."""
+    from simulators.pair import prompt_span
+
+    task = sim.get("task")
+    if not own_prompts(sim, dataset) or not task:
+        return None
+    plus = "" if "task" in load_conf("dataset", "synthetic") else "+"   # a key its config lacks is added with +
+    where = ("dataset.task" if dataset.get("task") else "sim.task" if "sim.task" in typed else
+             f"conf/model/{pair_name(model)}.yaml's default_task")
+    plen = sim.get("prompt_len")
+    lo, hi = prompt_span(plen)
+    why = (f"0.75x to 1.25x {task}'s {plen}, as `calibrate measured` fitted its profile" if plen else
+           f"no stored profile holds {task}'s prompt length")
+    budget = (f"{sim['max_new_tokens']} new tokens each" if sim.get("max_new_tokens") else
+              "the run's max_new_tokens each" + (" (typed)" if "max_new_tokens" in typed else ""))
+    others = sorted(set(model.get("sim_profiles") or {}) - {task}) or sorted(known_tasks(model) - {task})[:3]
+    return (f"decisions: dataset=synthetic stands for {task} here ({where}): the simulator's own prompts, {lo} to {hi} "
+            f"tokens of its {sim.get('corpus', 'code')} corpus ({why}), {budget}; {plus}dataset.task="
+            f"{' or '.join(others)} picks another task, {plus}dataset.task={NO_TASK} none")
+
+
+def decision_notes(sim: dict[str, Any], model: dict[str, Any], dataset: dict[str, Any], typed: set[str],
+                   hardware: dict[str, Any] | None = None, budget: int | None = None) -> list[str]:
+    """source_notes' lines on the decisions themselves."""
     src = decision_source(sim, dataset)
-    task = dataset_task(dataset)
+    task = run_task(sim, dataset)
     pair = pair_name(model)
     if src["kind"] == "profile":
         how = "picked for" if "sim" not in typed else "selected for"

@@ -15,7 +15,8 @@ from analysis.plots import all_figures, close, latency_throughput, speedup_curve
 from analysis.report import write_report
 from ouroboros.sinks import load_sweep_records
 
-SIM = ["model=llama70b_7b", "hardware=a800x2", "dataset.num_prompts=1", "max_new_tokens=4", "logger=quiet"]
+SIM = ["model=llama70b_7b", "hardware=a800x2", "dataset.num_prompts=1", "dataset.task=none", "max_new_tokens=4",
+       "logger=quiet"]
 
 
 def _sweep(tmp, *args):

@@ -13,9 +13,9 @@ from strategy_params import PARAMS
 
 from ouroboros.backends.hf import HFBackend, HFEngine, score_batch
 from ouroboros.batch import Load, Request, engine_for, serve, slot_factory
-from ouroboros.contracts import OuroborosError
 from ouroboros.decode import decode
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import REGISTRY, build_proposer
 from simulators.cost_model import CostModel
 from simulators.serving import SimEngine
@@ -251,7 +251,8 @@ def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
     out = tmp_path / "r.jsonl"
     res = run_module("ouroboros.sweep", "model=llama70b_7b", "hardware=h100", "sim.devices=2", "sim.placement=tensor",
                      'sweep.grid=["serve.concurrency=1,16","strategy=speculative","serve.load_aware=false,true"]',
-                     "serve.requests=20", "dataset.num_prompts=4", "max_new_tokens=16", "logger=quiet", f"out={out}",
+                     "serve.requests=20", "dataset.num_prompts=4", "dataset.task=none", "max_new_tokens=16",
+                     "logger=quiet", f"out={out}",
                      tmp=tmp_path)
     assert res.code == 0, res.err
     recs = read_records(out)

@@ -71,7 +71,8 @@ def test_a_stopped_point_resumes_at_prompt_granularity(tmp_path, monkeypatch):
     import ouroboros.harness as harness
     from ouroboros.sinks import read_records
 
-    common = ["model=llama70b_7b", "dataset.num_prompts=4", "max_new_tokens=8", "logger=quiet", "sweep=single",
+    common = ["model=llama70b_7b", "dataset.num_prompts=4", "dataset.task=none", "max_new_tokens=8", "logger=quiet",
+              "sweep=single",
               "strategy=speculative"]
     real_decode, calls = harness.decode, []
 

@@ -13,9 +13,9 @@ import yaml
 from cli_helper import run_module
 from hydra import compose, initialize_config_dir
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.config import apply_explicit, explicit_notices, validate
 from ouroboros.datastore import SEP, Datastore
+from ouroboros.errors import OuroborosError
 from ouroboros.session import load_backends, pair_key, proposer_params
 from ouroboros.sinks import load_records
 from ouroboros.strategies import NO_DATASTORE
@@ -26,7 +26,7 @@ from simulators.stand_in import build, rest_stand_in
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
 MODEL = yaml.safe_load((ROOT / "conf/model/llama70b_7b.yaml").read_text())
-SIM = ["model=llama70b_7b", "dataset.num_prompts=2", "max_new_tokens=16", "logger=quiet"]
+SIM = ["model=llama70b_7b", "dataset.num_prompts=2", "dataset.task=none", "max_new_tokens=16", "logger=quiet"]
 
 
 def composed(*overrides: str):

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from reference import reference_greedy
 from strategy_params import PARAMS
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.decode import decode
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import (
     REGISTRY,
     build_proposer,
@@ -33,7 +33,8 @@ from ouroboros.strategies import (
 )
 from ouroboros.tiny import perturbed, tiny_config, tiny_model
 
-SIM = ["model=llama70b_7b", "hardware=a800x2", "dataset.num_prompts=1", "max_new_tokens=4", "logger=quiet"]
+SIM = ["model=llama70b_7b", "hardware=a800x2", "dataset.num_prompts=1", "dataset.task=none", "max_new_tokens=4",
+       "logger=quiet"]
 OLD = b'{"point_id":"old","label":"kept","totals":{}}\n'
 SIM_VOCAB = 8192   # the llama70b_7b simulator's vocabulary (the error names it: checked below)
 

@@ -29,11 +29,12 @@ or speedup, eta, the setting's mean; the fitted values from the decode loop on t
 it runs) are printed per task, and a fit missing an input by more than --tolerance (default 20%: the Yi fit's one r
 misses GSM8K's SpS token/s by +16.6%) is one `error:` line naming the task, the input, the fitted value and the
 tolerance, with nothing written. One profile per task, conf/sim/<model>_<task>.yaml (the model YAML's
-`sim_profiles:` or that name makes it the default for the task). `calibrate paper` is this command on the paper's
-figures (the Yi-34B/6B profiles). --devices / --placement / --dtype run the pair as a run's sim.devices /
-sim.placement / sim.dtype would (the profile keeps them). Provenance: a figures or records file is named from the
-repository's root, or by its own name and sha256 (never a machine path); the command whole; the commit (`-dirty`
-when the tree differs from it).
+`sim_profiles:` or that name makes it the default for the task), holding the task's `prompt_len`: a synthetic-dataset
+run that stands for the task cuts the simulator's own prompts that long, as this fit did (simulators/trust.py).
+`calibrate paper` is this command on the paper's figures (the Yi-34B/6B profiles). --devices / --placement / --dtype
+run the pair as a run's sim.devices / sim.placement / sim.dtype would (the profile keeps them). Provenance: a
+figures or records file is named from the repository's root, or by its own name and sha256 (never a machine path);
+the command whole; the commit (`-dirty` when the tree differs from it).
 Impossible figures (simulators/figures.py), a pair that does not fit the machine and an unwritable --out-dir are one
 `error:` line before any fitting; a fit whose draft overhead stops at an end of its range (the SpS token/s out of the
 cost model's reach) writes nothing.
@@ -48,7 +49,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators.calibration.paper_fit import (
     DRAFT_OVERHEADS,
     TEXT_PROFILES,
@@ -172,7 +173,8 @@ def write_profiles(cal: Calibration, tasks: tuple[Task, ...], source: str, comma
     for t0 in tasks:
         t = by_task.get(t0.name, t0)
         a, name = cal.a[t.name], f"{t.model}_{t.key}"
-        fields = {"pair": t.model, "profile": name, "corpus": t.corpus, **dict(t.text), **dict(t.machine),
+        fields = {"pair": t.model, "profile": name, "prompt_len": t.prompt_len, "corpus": t.corpus, **dict(t.text),
+                  **dict(t.machine),
                   "alpha_easy": round(a, 6), "alpha_hard": round(a**4, 6),
                   "target_overhead_s": round(cal.over_t[t.name], 6), "draft_overhead_s": round(cal.over_d[t.name], 6)}
         fit: dict[str, Any] = {"pair": f"{t.model} on hardware={t.hardware}", "task": t.name,
