@@ -8,7 +8,7 @@ from pathlib import Path
 
 from analysis.report import table_rows, write_report
 from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import OuroborosError, cli
+from ouroboros.errors import OuroborosError, cli
 from ouroboros.paths import check_not_inputs, check_out_dir, same_file
 from ouroboros.sinks import load_sweep_records, record_files
 

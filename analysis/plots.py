@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
 from ouroboros.metrics import pool_rates  # noqa: E402
+from ouroboros.paths import slug  # noqa: E402
 from ouroboros.record import Record  # noqa: E402
 
 # swept parameter -> axis label (paper names); "max_new_tokens" is a run-level key, the rest strategy params
@@ -490,10 +490,6 @@ def latency_throughput(records: Sequence[Record]) -> Figure | None:
                  f"ends{f', {skipped} left out where others sit' if skipped else ''}){_where(flat)}{src}"
                  f"{'; latency: no band measured' if src else ''}", fontsize=9)
     return fig
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")[:60]
 
 
 def iter_figures(records: Sequence[Record]) -> Iterator[tuple[str, Figure]]:

@@ -21,23 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.metrics import RunResult, combine_summaries, speedup
-from ouroboros.record import Record
+from ouroboros.record import Record, latest
 from ouroboros.sinks import band_text
 
 COLUMNS = ("point", "sweep", "model", "dataset", "backend", "prompts", "new_tokens", "seconds", "tokens_per_s",
            "speedup", "speedup_specbench", "block_efficiency", "accepted_length", "match_per_forward", "identical")
-
-
-def latest(records: Sequence[Record]) -> list[Record]:
-    """One record per (point_id, sweep) (the latest), in first-seen order: a point two sweeps share (see
-    ouroboros.sinks.load_sweep_records) stays in both."""
-    order: dict[tuple[str, Any], Record] = {}
-    for r in records:
-        key = (r.point_id, r.sweep)
-        prev = order.get(key)
-        if prev is None or r.time >= prev.time:
-            order[key] = r
-    return list(order.values())
 
 
 def hardware_name(rec: Record) -> str:
@@ -135,6 +123,13 @@ def to_csv(rows: Sequence[dict]) -> str:
     w.writeheader()
     w.writerows(rows)
     return buf.getvalue()
+
+
+def sweep_media(records: Sequence[Record], out: str | Path) -> tuple[list[dict[str, Any]], dict[str, Path]]:
+    """A sweep's summary wandb run: its table rows and its figures, written as PNGs under `out` (ouroboros.sweep
+    finds this through the entry point pyproject.toml declares in the group `ouroboros.reports`)."""
+    images = write_report(records, out, formats=("png",))
+    return table_rows(records), images
 
 
 def write_report(records: Sequence[Record], out: str | Path,

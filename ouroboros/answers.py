@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.datasets import render, select_records
+from ouroboros.errors import OuroborosError, cli
 from ouroboros.paths import check_out_dir
 from ouroboros.sources import Awaited, Record
 from ouroboros.workloads import NOT_IN_KEY, answers_file, answers_key, read_meta

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 
 
 class ArgumentParser(argparse.ArgumentParser):

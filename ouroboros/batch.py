@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ouroboros.backends import registry
-from ouroboros.contracts import Backend, OuroborosError, Proposer, Servable, SharesPool
+from ouroboros.contracts import Backend, Proposer, Servable, SharesPool
 from ouroboros.decode import decode, greedy_verifier
+from ouroboros.errors import OuroborosError
 from ouroboros.metrics import PromptResult
 from ouroboros.serving.load import (
     DRAFT,

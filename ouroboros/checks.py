@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 
 
 def _bound(value: float | None, name: str | None) -> str:

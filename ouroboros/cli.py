@@ -17,8 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from ouroboros.backends.base import OuroborosError, report_error
 from ouroboros.config import RunConfig, apply_explicit, check_overrides, explicit_notices, validate
+from ouroboros.errors import OuroborosError, report_error
 from ouroboros.interrupts import Interrupted
 
 

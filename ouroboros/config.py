@@ -32,20 +32,20 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from ouroboros.backends import registry
-from ouroboros.backends.base import BackendKind, OuroborosError
+from ouroboros.backends.base import BackendKind
 from ouroboros.checks import check_range
 from ouroboros.datasets import load_records
+from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
 from ouroboros.sampling import SamplingConfig
 from ouroboros.serving.load import check_prefill, check_rate, check_shared_pool, check_simulated
 from ouroboros.strategies import (
     NeedsDatastore,
     check_files,
-    default_params,
     get_spec,
     is_peer,
-    make_config,
     needs_stand_in,
+    strategy_params,
 )
 
 # conf/config.yaml puts runs/conf (your own presets, e.g. the tuner's) on Hydra's search path; where you run without
@@ -375,14 +375,6 @@ def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
         out.append(f"dataset.max_new_tokens={run.dataset.get('max_new_tokens')} is the budget (the dataset's own "
                    f"key wins over max_new_tokens={run.max_new_tokens})")
     return out + run.kind.notes(run, keys)   # sim: the default hardware, the decisions' source, REST's stand-in
-
-
-def strategy_params(name: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    """All fields of the strategy's config dataclass (defaults filled in): the canonical params. With no params,
-    the field defaults (not validated: rest, for one, has no valid default datastore)."""
-    if params is None:
-        return default_params(name)
-    return dataclasses.asdict(make_config(name, params))
 
 
 def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The core contracts, at the bottom of the import graph: what a scorer (`Backend`), a strategy (`Proposer`), a
 verification rule (`Verifier`) and the loop's per-step view (`DecodeState`) must provide, the data they pass
-(`Scores`, `Counters`) and the one error type of bad inputs (`OuroborosError`).
+(`Scores`, `Counters`); the one error type of bad inputs (`OuroborosError`) is ouroboros/errors.py's.
 
-It imports only `draft` and `verify` (plain data), so every other module may import it: the loop, the
+It imports only `draft`, `verify` (plain data) and `errors`, so every other module may import it: the loop, the
 backends, the strategies and the simulator all meet here and never need each other's modules to agree.
 Knows nothing of models, tensors, Hydra or sinks.
 
@@ -23,10 +23,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from ouroboros.draft import Draft
 from ouroboros.verify import Verdict
-
-
-class OuroborosError(ValueError):
-    """A bad input or configuration. Entry points print its message as one line and exit non-zero."""
 
 
 @dataclass

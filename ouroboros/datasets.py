@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.checks import check_range
+from ouroboros.errors import OuroborosError
 from ouroboros.sources import (
     SPECBENCH_BUDGETS,
     Record,

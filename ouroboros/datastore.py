@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 
 FORMAT = "ouroboros-rest-datastore"
 VERSION = 1

@@ -15,8 +15,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ouroboros.contracts import Backend, DecodeState, OuroborosError, Proposer, Scores, Verifier
+from ouroboros.contracts import Backend, DecodeState, Proposer, Scores, Verifier
 from ouroboros.draft import CANDIDATE, Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.metrics import PromptResult, StepRecord
 from ouroboros.verify import Verdict, verify_greedy
 

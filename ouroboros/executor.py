@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from ouroboros.config import RunConfig, strategy_params
+from ouroboros.config import RunConfig
 from ouroboros.contracts import ChargesHost
 from ouroboros.harness import (
     WARMUP_TOKENS,
@@ -38,7 +38,15 @@ from ouroboros.record import Record
 from ouroboros.session import Session, open_session, pair_key, proposer_params, stock_models
 from ouroboros.sinks import RecordFile, WandbMirror, summary_line
 from ouroboros.store import FileStore, RecordStore
-from ouroboros.strategies import carries_state, check_lengths, check_loaded, check_trees, get_spec, is_peer
+from ouroboros.strategies import (
+    carries_state,
+    check_lengths,
+    check_loaded,
+    check_trees,
+    get_spec,
+    is_peer,
+    strategy_params,
+)
 
 
 @dataclass

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import OuroborosError, cli
+from ouroboros.errors import OuroborosError, cli
 from ouroboros.paths import default_cache_dir
 
 CHUNK_BYTES = 1 << 22

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64, "fp64": torch.float64}

@@ -4,17 +4,19 @@ bad input leaves the file system as it found it; a device or a pipe is refused (
 well). `check_distinct` refuses two outputs of one run that are the same file (one would wipe the other).
 
 Knows nothing of records, configs or models: callers name the option (`what`) for the one-line error. Also where
-the user's cache lives (`default_cache_dir`: fetched models, recorded runs, workloads).
+the user's cache lives (`default_cache_dir`: fetched models, recorded runs, workloads), and `slug`, a name made
+safe for a file name (figures, answer files).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 
 
 def default_cache_dir() -> Path:
@@ -135,3 +137,9 @@ def check_out_dir(path: str | os.PathLike, what: str) -> None:
                 d.rmdir()
             except OSError:
                 pass
+
+
+def slug(text: str) -> str:
+    """`text` as a piece of a file name: runs of anything but letters, digits and `_.=-` become one `_` (at most 60
+    characters)."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")[:60]

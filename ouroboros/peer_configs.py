@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ouroboros.checks import check_range
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 
 
 @dataclass

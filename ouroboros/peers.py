@@ -30,16 +30,13 @@ from typing import Any
 
 import torch
 
-from ouroboros.backends.base import OuroborosError, WallClock
+from ouroboros.backends.base import WallClock
+from ouroboros.errors import OuroborosError
 from ouroboros.harness import WARMUP_TOKENS, run_prompts
 from ouroboros.metrics import PromptResult, RunResult, StepRecord
 from ouroboros.peer_configs import PEERS
 from ouroboros.sampling import SamplingConfig, stream_seed
 from ouroboros.strategies import make_config
-
-
-def is_peer(name: str) -> bool:
-    return name in PEERS
 
 
 def check_peer(name: str, params: dict[str, Any] | None) -> dict[str, Any]:

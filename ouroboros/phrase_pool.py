@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.saved import read_doc, write_doc
 
 FORMAT = "ouroboros-phrase-pool"

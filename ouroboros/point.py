@@ -14,11 +14,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from ouroboros.config import RunConfig, point_id, point_key, strategy_params
+from ouroboros.config import RunConfig, point_id, point_key
 from ouroboros.divergence import divergences
 from ouroboros.metrics import RunResult, speedup, speedup_mean_speed, step_dict
 from ouroboros.record import SCHEMA_VERSION, Record
 from ouroboros.session import Session, effective_budgets, versions
+from ouroboros.strategies import strategy_params
 
 
 @dataclass
@@ -99,7 +100,8 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
         speedup_specbench=speedup_mean_speed(baseline, result) if baseline is not None else None,
         identical_to_baseline=same, divergences=[dataclasses.asdict(d) for d in diverged], sampled=sampled or None,
         prompts=prompts, serving=result.serving,
-        decisions=run.kind.decisions(run, len({p.prompt_id.rsplit("@r", 1)[0] for p in result.prompts})))
+        decisions=run.kind.decisions(run, len({p.prompt_id.rsplit("@r", 1)[0] for p in result.prompts}),
+                                     max(budgets)))
 
 
 def sampled_text(run: RunConfig) -> str:

@@ -18,6 +18,7 @@ Knows nothing of models, Hydra, sinks or how a record is measured.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,9 +84,9 @@ class Record:
     # ------------------------------------------------------------------------------------------- views
     @property
     def clock(self) -> str:
-        """'modelled' or 'wall': a modelled clock's record always says where its decisions come from (`decisions`,
-        from its backend kind); a measured one has no decisions block."""
-        return "modelled" if self.decisions is not None else "wall"
+        """'modelled' (simulator) or 'wall'. Read from the backend's name the record stores: records written before
+        the `decisions` block existed have nothing else to tell a simulated run by."""
+        return "modelled" if self.backend == "sim" else "wall"
 
     @property
     def seconds(self) -> float:
@@ -134,3 +135,15 @@ class Record:
             PromptResult(prompt_id=p["prompt_id"], prompt_len=p["prompt_len"], output=list(p["output"]),
                          elapsed_s=p["elapsed_s"], prefill_s=p["prefill_s"], stop_reason=p["stop_reason"],
                          proposer_stats=dict(p.get("proposer_stats", {}))) for p in self.prompts])
+
+
+def latest(records: Sequence[Record]) -> list[Record]:
+    """One record per (point_id, sweep) (the latest), in first-seen order: a point two sweeps share (see
+    ouroboros.sinks.load_sweep_records) stays in both."""
+    order: dict[tuple[str, Any], Record] = {}
+    for r in records:
+        key = (r.point_id, r.sweep)
+        prev = order.get(key)
+        if prev is None or r.time >= prev.time:
+            order[key] = r
+    return list(order.values())

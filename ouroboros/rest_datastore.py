@@ -15,8 +15,8 @@ import sys
 import numpy as np
 
 from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.datastore import Datastore, continuation_tree, suffix_array
+from ouroboros.errors import OuroborosError, cli
 from ouroboros.paths import check_writable
 
 __all__ = ["Datastore", "continuation_tree", "main", "read_docs", "suffix_array"]

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.checks import check_range
 from ouroboros.draft import CANDIDATE, Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.verify import Verdict, trunk_match
 
 

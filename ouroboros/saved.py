@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_regular, check_writable
 
 _FORMAT = re.compile(rb'\s*\{\s*"format"\s*:\s*"([^"\\]*)"')

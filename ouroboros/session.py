@@ -19,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ouroboros.backends.base import Backend, OpenPair, OuroborosError
+from ouroboros.backends.base import Backend, OpenPair
 from ouroboros.config import RunConfig
 from ouroboros.datasets import Prompt, fit_context, load_prompts
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import needs_stand_in
 
 

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.metrics import pool_rates
 from ouroboros.record import Record
 

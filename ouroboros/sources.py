@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 
 
 @dataclass(frozen=True)

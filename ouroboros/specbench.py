@@ -1,7 +1,8 @@
 """Spec-Bench I/O (github.com/hemingkx/Spec-Bench).
 
-In:  a question.jsonl ({question_id, category, turns}); `read_questions` checks it. Decoding it is the `specbench`
-     dataset (conf/dataset/specbench.yaml, ouroboros.datasets): prompt ids are the question ids.
+In:  a question.jsonl ({question_id, category, turns}), checked on read (`ouroboros.sources.read_questions`).
+     Decoding it is the `specbench` dataset (conf/dataset/specbench.yaml, ouroboros.datasets): prompt ids are the
+     question ids.
 Out: answer JSONL in the layout Spec-Bench's evaluation/eval.py writes and evaluation/speed.py reads: per line
      {question_id, category, answer_id, model_id, choices: [{index, turns, decoding_steps, new_tokens,
      wall_time, accept_lengths}], tstamp}; per turn: new_tokens, wall_time (s) and decoding_steps (target
@@ -20,35 +21,12 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import OuroborosError, cli
-from ouroboros.record import Record
-from ouroboros.sources import read_jsonl
-
-
-@dataclass
-class Question:
-    question_id: int | str
-    category: str
-    turns: list[str]
-
-
-def read_questions(path: str | Path) -> list[Question]:
-    out = []
-    for n, obj in read_jsonl(path):
-        where = f"{Path(path).name}:{n}"
-        qid, cat, turns = obj.get("question_id"), obj.get("category"), obj.get("turns")
-        if not isinstance(qid, (int, str)):
-            raise OuroborosError(f"{where}: missing or bad 'question_id'")
-        if not isinstance(cat, str):
-            raise OuroborosError(f"{where}: missing or bad 'category'")
-        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
-            raise OuroborosError(f"{where}: 'turns' must be a non-empty list of strings")
-        out.append(Question(qid, cat, turns))
-    return out
+from ouroboros.errors import OuroborosError, cli
+from ouroboros.paths import check_not_inputs, slug
+from ouroboros.record import Record, latest
 
 
 def _qid(prompt_id: str) -> int | str:
@@ -72,17 +50,12 @@ def answers(rec: Record, model_id: str) -> list[dict]:
 
 def answer_path(out: str | Path, model_id: str, label: str) -> Path:
     """Where a point's answer file goes: <out>/<model_id>-<label>.jsonl."""
-    from analysis.plots import slug
-
     return Path(out) / f"{slug(model_id)}-{slug(label)}.jsonl"
 
 
 def check_answer_paths(records: list[Record], out: str | Path, model_id: str | None, inputs: list[Path]) -> None:
     """Raise OuroborosError (one line) when an answer file would overwrite an input records file, or an existing file
     that is not an answer file (its first line has no question_id and answer_id)."""
-    from analysis.report import latest
-    from ouroboros.paths import check_not_inputs
-
     paths = [answer_path(out, model_id or r.model_name, r.label) for r in latest(records)]
     check_not_inputs(paths, inputs, "--out")
     for p in paths:
@@ -102,8 +75,6 @@ def check_answer_paths(records: list[Record], out: str | Path, model_id: str | N
 
 def write_answers(records: list[Record], out: str | Path, model_id: str | None = None) -> list[Path]:
     """One answer file per point (latest record per point_id): <out>/<model_id>-<label>.jsonl."""
-    from analysis.report import latest
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -27,6 +27,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.cli import entry, hydra_cli, is_late
 from ouroboros.config import RunConfig, SweepConfig, apply_explicit, explicit_notices, override_key, validate
+from ouroboros.errors import OuroborosError
 from ouroboros.executor import Executor, make_executor
 from ouroboros.interrupts import counted, interrupts_deferred
 from ouroboros.point import Point, label_of
@@ -305,14 +306,21 @@ def custom_name(sweep: SweepConfig) -> str:
     return "custom-" + hashlib.sha1(key.encode()).hexdigest()[:6]
 
 
-def log_sweep_media(run: RunConfig, records: list[Record], ex: Executor) -> None:
-    """The sweep's table and speedup plot, as media of one summary wandb run."""
-    assert ex.mirror is not None
-    from analysis.report import table_rows, write_report
+REPORTS = "ouroboros.reports"   # the entry-point group a package declares the summary run's report writer in
 
-    media_dir = Path(run.logger.wandb.dir, "media", run.sweep.name)
-    images = write_report(records, media_dir, formats=("png",))
-    ex.mirror.log_sweep(run.sweep.name, table_rows(records), {k: str(v) for k, v in images.items()})
+
+def log_sweep_media(run: RunConfig, records: list[Record], ex: Executor) -> None:
+    """The sweep's table and figures, as media of one summary wandb run. The sweep never imports the analysis
+    package: the report writer is what an installed package declares in the entry-point group `ouroboros.reports`
+    (analysis's, pyproject.toml), `writer(records, folder) -> (table rows, {figure name: its PNG there})`."""
+    assert ex.mirror is not None
+    writers = sorted(entry_points(group=REPORTS), key=lambda ep: ep.name)
+    if not writers:
+        print(f"note: no report writer is installed (entry points {REPORTS}: `pip install -e .` declares it): "
+              "no summary wandb run", file=sys.stderr)
+        return
+    rows, images = writers[0].load()(records, Path(run.logger.wandb.dir, "media", run.sweep.name))
+    ex.mirror.log_sweep(run.sweep.name, rows, {k: str(v) for k, v in images.items()})
 
 
 class MultirunTable(Callback):

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ouroboros.config import strategy_params
 from ouroboros.peer_configs import PEERS
 from ouroboros.record import Record
 from ouroboros.sinks import BAND_FLOORS, BAND_NAMES, band_span, band_text
+from ouroboros.strategies import strategy_params
 
 
 def _budget(rec: Record) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 
 # family -> fields of its tiny config beyond the common ones ({window} is replaced by the window length)
 _EXTRA: dict[str, dict[str, Any]] = {

@@ -19,16 +19,16 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.cli import entry, explicit_run, hydra_cli
-from ouroboros.config import RunConfig, StrategyConfig, check_outputs, strategy_params, validate
+from ouroboros.config import RunConfig, StrategyConfig, check_outputs, validate
+from ouroboros.errors import OuroborosError
 from ouroboros.executor import Executor, make_executor
 from ouroboros.interrupts import counted
 from ouroboros.metrics import PromptResult, RunResult
 from ouroboros.paths import check_writable
 from ouroboros.point import Point, label_of
 from ouroboros.record import Record
-from ouroboros.strategies import check_type, field_types
+from ouroboros.strategies import check_type, field_types, strategy_params
 from ouroboros.table import format_table
 
 TUNE_HEAD = b"# Chosen by `python -m ouroboros.tune`"   # the first line of every preset it writes

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.fetch import default_cache_dir
 from ouroboros.sources import (
     Awaited,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 
 from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import cli
+from ouroboros.errors import cli
 from simulators import bench, trace_outputs, write_options
 from simulators.calibration import bands, cost, floor, measured, prior, proposers
 from simulators.calibration import decisions as fit_decisions

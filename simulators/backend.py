@@ -28,9 +28,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ouroboros.backends.base import BackendWrapper, OuroborosError, Scores, SequenceBackend
+from ouroboros.backends.base import BackendWrapper, Scores, SequenceBackend
 from ouroboros.contracts import Servable
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 from simulators.cost_model import CostModel
 from simulators.host import HostCharging
 from simulators.surrogate import NGramLM, TokenModel

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.sources import need_field, packaged_file, read_answers, read_jsonl
 from simulators.corpus import PieceTokenizer, RealTokenizer, load_corpus
 from simulators.simconfig import SimConfig

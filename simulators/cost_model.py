@@ -52,8 +52,8 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.checks import check_range
+from ouroboros.errors import OuroborosError
 from simulators.hardware import ROOFLINE_P_MAX, Hardware
 from simulators.profiles import ModelProfile
 

@@ -29,9 +29,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
+from ouroboros.errors import OuroborosError
 from ouroboros.metrics import PromptResult, RunResult, pool_rates
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.pair import make_pair, sim_options, specials_eos

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators.profiles import check_name, conf_root
 
 CORPORA = ("code", "pycode", "prose")

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.checks import check_range
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import check_type
 from simulators.host import parse_costs
 

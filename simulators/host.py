@@ -29,8 +29,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.contracts import Counters, DecodeState, OuroborosError, Proposer, Scores
+from ouroboros.contracts import Counters, DecodeState, Proposer, Scores
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.verify import Verdict
 
 SECTION = "proposer_costs"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 
 
 @dataclass(frozen=True)

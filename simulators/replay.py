@@ -24,10 +24,11 @@ import os
 import re
 from typing import Any
 
-from ouroboros.backends.base import Backend, BackendWrapper, OuroborosError, Scores
+from ouroboros.backends.base import Backend, BackendWrapper, Scores
 from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 
 _MASK64 = (1 << 64) - 1
 

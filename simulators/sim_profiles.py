@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators.profiles import conf_root, load_conf
 from simulators.simconfig import SimConfig, summary
 

@@ -22,7 +22,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators.corpus import PieceTokenizer, RealTokenizer
 from simulators.simconfig import SimConfig
 

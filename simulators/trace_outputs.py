@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators.replay import mix
 
 

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators.simconfig import GROUPS, REMOVED, SimConfig, valid_range
 
 ROOT = Path(__file__).resolve().parents[1]

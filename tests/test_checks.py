@@ -5,7 +5,7 @@ import math
 import pytest
 
 from ouroboros.checks import check_range, in_range, range_words
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 
 
 @pytest.mark.parametrize(("kw", "words"), [

@@ -11,8 +11,8 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from test_sweep import CONF, ROOT, SMALL
 
 import ouroboros.cli as cli_mod
-from ouroboros.backends.base import OuroborosError
 from ouroboros.config import RunConfig, check_overrides, one_line, point_id, point_key, validate
+from ouroboros.errors import OuroborosError
 from ouroboros.sweep import plan
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import get_model
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.decode import decode
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import build_proposer, make_config
 
 

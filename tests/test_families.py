@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from reference import reference_greedy
 from strategy_params import PARAMS
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.decode import decode
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import REGISTRY, build_proposer
 from ouroboros.tiny import FAMILIES, perturbed, tiny_model
 

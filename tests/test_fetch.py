@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ouroboros import fetch
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.fetch import ModelSource, Part
 
 PAYLOADS = [b"first part \x00\x01" * 50, b"second part \xff" * 70, b"third" * 9]

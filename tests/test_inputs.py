@@ -12,8 +12,8 @@ import torch
 from cli_helper import run_module
 from test_sweep import sweep_records
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import Prompt, fit_context
+from ouroboros.errors import OuroborosError
 from ouroboros.sinks import RecordFile, read_records
 from ouroboros.strategies import check_type
 

@@ -9,7 +9,7 @@ import torch
 from fixtures.tiny_tokenizer import make_tokenizer
 
 from ouroboros import fetch
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.models import check_same_tokenizer, eos_ids_of, load_pair
 from ouroboros.tiny import tiny_model
 

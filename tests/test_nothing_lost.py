@@ -14,7 +14,7 @@ import pytest
 from cli_helper import run_module
 from test_inputs import SIM
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.saved import read_doc, write_doc
 from ouroboros.sinks import RecordFile, read_records
 

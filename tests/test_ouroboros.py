@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from reference import reference_greedy
 from stepwise import run_traced
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.decode import decode
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import build_proposer
 from ouroboros.strategies.ouroboros import coherent_runs, corrected_branch
 

@@ -9,10 +9,10 @@ import torch
 from conftest import get_draft, get_model
 
 from ouroboros import argparser as flags
-from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import synthetic_prompts
 from ouroboros.divergence import divergences
+from ouroboros.errors import OuroborosError
 from ouroboros.harness import Job, StrategyRun, StrategyRunner, run_interleaved, run_strategy
 from ouroboros.peers import PeerRunner, check_peer, run_peer
 

@@ -7,10 +7,10 @@ import torch
 from conftest import get_model
 from reference import reference_greedy
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.contracts import DecodeState, Scores
 from ouroboros.decode import decode, greedy_verifier
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import build_proposer, make_config
 from ouroboros.strategies.recycling import PAPER_TREE, fill_template, topk_rows, widths_template
 from ouroboros.verify import Verdict

@@ -236,8 +236,8 @@ def test_seeded_runs_are_reproducible(name):
 def test_run_config_sampling_validation():
     from test_config import composed
 
-    from ouroboros.backends.base import OuroborosError
     from ouroboros.config import point_id, point_key, validate
+    from ouroboros.errors import OuroborosError
 
     greedy = validate(composed())
     assert greedy.sampling.greedy

@@ -50,7 +50,7 @@ def test_calibrate_bad_input(capsys):
 def test_timing_statistic():
     import pytest
 
-    from ouroboros.backends.base import OuroborosError
+    from ouroboros.errors import OuroborosError
     from simulators.calibration.cost import pick
 
     assert pick([0.3, 0.1, 0.2], "median") == 0.2 and pick([0.3, 0.1, 0.2], "min") == 0.1

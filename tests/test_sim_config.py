@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators.simconfig import REMOVED, SimConfig, type_hints, valid_range
 
 FIELDS = {f.name: f for f in dataclasses.fields(SimConfig)}

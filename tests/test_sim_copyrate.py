@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators.__main__ import main
 from simulators.checks.paper import parse_p_copy
 from simulators.copyrate import (

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators import CostModel, Hardware, check_fits, from_spec, make_pair, scaled_to
 from simulators.profiles import ModelProfile, PairProfile, load_conf
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators import decisions
 from simulators.__main__ import main as sim_main
 from simulators.calibration import decisions as fit

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.harness import StrategyRun, StrategyRunner
 from simulators import Hardware, make_pair
 from simulators.__main__ import main as sim_main

@@ -6,10 +6,10 @@ import pytest
 from conftest import get_draft, get_model
 from reference import reference_greedy
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import build_proposer
 from simulators import CostModel, ProxyBackend, SimClock, make_pair
 from simulators.profiles import load_conf

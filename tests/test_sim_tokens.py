@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fixtures.tiny_tokenizer import make_tokenizer
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import load_prompts
+from ouroboros.errors import OuroborosError
 from simulators.corpus import load_corpus
 from simulators.pair import make_pair, sim_options
 from simulators.profiles import load_conf

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from simulators.calibration.paper_fit import TASKS, Run, Trace, fit_agreement, run, sps_plan
 
 SMALL = replace(TASKS[3], max_new=40)  # CNN/DM settings, short outputs

@@ -5,8 +5,9 @@ import json
 import pytest
 from test_sweep import sweep_records
 
-from ouroboros.backends.base import OuroborosError
-from ouroboros.specbench import main, read_questions, write_answers
+from ouroboros.errors import OuroborosError
+from ouroboros.sources import read_questions
+from ouroboros.specbench import main, write_answers
 
 QUESTIONS = [{"question_id": 81, "category": "writing", "turns": ["Write a poem.", "Shorter."]},
              {"question_id": 421, "category": "translation", "turns": ["Translate: Guten Tag."]}]
@@ -16,8 +17,8 @@ def test_read_questions(tmp_path):
     p = tmp_path / "question.jsonl"
     p.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     qs = read_questions(p)
-    assert [(q.question_id, q.category, len(q.turns)) for q in qs] == [(81, "writing", 2), (421, "translation", 1)]
-    p.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": "not a list"}) + "\n")
+    assert [(q.id, q.category, len(q.turns)) for q in qs] == [("81", "writing", 2), ("421", "translation", 1)]
+    p.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": []}) + "\n")
     with pytest.raises(OuroborosError, match="question.jsonl:1: 'turns' must be a non-empty list"):
         read_questions(p)
 

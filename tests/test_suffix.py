@@ -19,9 +19,9 @@ import pytest
 from conftest import get_model
 from reference import reference_greedy
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.backends.hf import HFBackend
 from ouroboros.decode import decode
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import build_proposer, check_files, make_config
 from ouroboros.strategies import suffix as sx
 from ouroboros.strategies.suffix import SuffixCache, SuffixTree

@@ -1,47 +1,23 @@
-"""What every backend shares beyond the contract: the wall clock, the command-line error convention (`cli`,
-`report_error`), the bookkeeping of a backend that computes its own forwards (`SequenceBackend`: hf and sim), the
-base of backends that wrap another (`BackendWrapper`), and the one boundary between the core and a backend kind
-(`BackendKind`, the pair it opens: `OpenPair`). The protocol itself (`Backend`, `Scores`, `Counters`, `Clock`) and
-`OuroborosError` live in `ouroboros/contracts.py` and are re-exported here.
+"""What every backend shares beyond the contract: the wall clock, the bookkeeping of a backend that computes its own
+forwards (`SequenceBackend`: hf and sim), the base of backends that wrap another (`BackendWrapper`), and the one
+boundary between the core and a backend kind (`BackendKind`, the pair it opens: `OpenPair`). The protocol itself
+(`Backend`, `Scores`, `Counters`, `Clock`) lives in `ouroboros/contracts.py` and is re-exported here; the error type
+and the command-line error convention (`OuroborosError`, `cli`, `report_error`) in `ouroboros/errors.py`.
 
 Backends know nothing of strategies, verification rules, budgets or logging.
 """
 
 from __future__ import annotations
 
-import functools
-import sys
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple, ParamSpec
+from typing import Any, NamedTuple
 
-from ouroboros.contracts import Backend, Clock, Counters, OuroborosError, Scores
+from ouroboros.contracts import Backend, Clock, Counters, Scores
+from ouroboros.errors import OuroborosError
 
-__all__ = ["Backend", "BackendKind", "BackendWrapper", "Clock", "Counters", "OpenPair", "OuroborosError", "Scores",
-           "SequenceBackend", "WallClock", "cli", "report_error"]
-
-
-_P = ParamSpec("_P")
-
-
-def report_error(e: OuroborosError) -> int:
-    """Print `error: <message>` to stderr; return the exit code (2) entry points use for a bad input."""
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-
-
-def cli(main: Callable[_P, int]) -> Callable[_P, int]:
-    """Decorate a command-line `main(argv=None) -> int`: an `OuroborosError` it raises is printed as one
-    `error: <message>` line on stderr and main returns 2; otherwise main's own return value is returned."""
-
-    @functools.wraps(main)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> int:
-        try:
-            return main(*args, **kwargs)
-        except OuroborosError as e:
-            return report_error(e)
-
-    return wrapper
+__all__ = ["Backend", "BackendKind", "BackendWrapper", "Clock", "Counters", "OpenPair", "Scores", "SequenceBackend",
+           "WallClock"]
 
 
 class WallClock:
@@ -257,9 +233,10 @@ class BackendKind:
         """What the clock measures, for the record: a modelled machine's profile; None: this machine."""
         return None
 
-    def decisions(self, run: Any, prompts: int | None) -> dict[str, Any] | None:
+    def decisions(self, run: Any, prompts: int | None, budget: int | None = None) -> dict[str, Any] | None:
         """A record's `decisions` block (where its tokens come from, how far its numbers can be trusted) on a run of
-        `prompts` prompts; None: real models decide them."""
+        `prompts` prompts with `budget` new tokens in effect (None: the run's max_new_tokens); None: real models
+        decide them."""
         return None
 
     def engine(self, backend: Backend, prefill: str) -> Any:

@@ -34,8 +34,9 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from ouroboros.backends.base import BackendKind, OpenPair, OuroborosError, Scores, SequenceBackend, WallClock
+from ouroboros.backends.base import BackendKind, OpenPair, Scores, SequenceBackend, WallClock
 from ouroboros.draft import Draft, additive_mask
+from ouroboros.errors import OuroborosError
 
 _LAYER_TYPES = ("full_attention", "sliding_attention")
 

@@ -17,7 +17,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from ouroboros.backends.base import BackendKind
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 
 GROUP = "ouroboros.backends"   # the entry-point group plugins declare their kinds in
 AUTO = "auto"                  # backend=auto: the plugin that claims the model, else hf

@@ -22,7 +22,7 @@ import numpy as np
 
 from ouroboros import datastore as current
 from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import OuroborosError, cli
+from ouroboros.errors import OuroborosError, cli
 from ouroboros.strategies.rest import RestConfig
 
 

@@ -15,7 +15,7 @@ import time
 import torch
 
 from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import OuroborosError, cli
+from ouroboros.errors import OuroborosError, cli
 
 
 @cli

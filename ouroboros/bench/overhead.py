@@ -18,10 +18,10 @@ from typing import Any
 import torch
 
 from ouroboros.argparser import ArgumentParser
-from ouroboros.backends.base import OuroborosError, cli
 from ouroboros.backends.hf import HFBackend
 from ouroboros.datasets import synthetic_prompts
 from ouroboros.decode import decode
+from ouroboros.errors import OuroborosError, cli
 from ouroboros.models import load_pair
 from ouroboros.strategies import build_proposer
 

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ouroboros.contracts import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.metrics import PromptResult
 from ouroboros.strategies import make_config
 

@@ -18,7 +18,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.backends.base import Backend
+from ouroboros.errors import OuroborosError
 from ouroboros.peer_configs import PEERS, PeerSpec
 from ouroboros.strategies.base import ChecksFiles, DecodeState, Proposer
 from ouroboros.strategies.cascade import CascadeConfig, CascadeProposer
@@ -93,6 +94,14 @@ def default_params(name: str) -> dict[str, Any]:
         elif f.default_factory is not dataclasses.MISSING:
             out[f.name] = f.default_factory()
     return out
+
+
+def strategy_params(name: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """All fields of the strategy's config dataclass (defaults filled in): the canonical params. With no params,
+    the field defaults (not validated: rest, for one, has no valid default datastore)."""
+    if params is None:
+        return default_params(name)
+    return dataclasses.asdict(make_config(name, params))
 
 
 def _type_name(hint: Any) -> str:
@@ -240,7 +249,7 @@ def build_proposer(name: str, params: dict[str, Any] | None, target: Backend, dr
 __all__ = ["NO_DATASTORE", "PEERS", "REGISTRY", "ChecksFiles", "DecodeState", "NeedsDatastore", "Proposer",
            "build_proposer", "carries_state", "chain_configurations", "check_files", "check_loaded", "check_lengths",
            "check_trees", "check_type", "default_params", "field_types", "get_spec", "is_peer", "make_config",
-           "needs_stand_in", "tree_models"]
+           "needs_stand_in", "strategy_params", "tree_models"]
 
 
 def carries_state(name: str, params: dict[str, Any] | None) -> bool:

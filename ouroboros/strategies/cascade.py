@@ -21,10 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.backends.base import Backend, Scores
 from ouroboros.checks import check_range
 from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies.base import DecodeState, Proposer
 from ouroboros.strategies.pld import PLDConfig, PLDProposer, lookup_continuation
 from ouroboros.strategies.speculative import check_pair

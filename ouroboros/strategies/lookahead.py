@@ -23,8 +23,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ouroboros.backends.base import Counters, OuroborosError, Scores
+from ouroboros.backends.base import Counters, Scores
 from ouroboros.draft import PROBE, Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.phrase_pool import Phrase, PhrasePool
 from ouroboros.strategies.base import DecodeState
 from ouroboros.strategies.stats import Harvest, PoolUse, pool_size

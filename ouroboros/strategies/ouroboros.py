@@ -30,11 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.backends.base import Backend, Scores
 from ouroboros.checks import check_range
 from ouroboros.contracts import SharesPool
 from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.phrase_pool import FORMAT, Phrase, PhrasePool, read_pool
 from ouroboros.saved import check_save
 from ouroboros.strategies.base import DecodeState, Proposer

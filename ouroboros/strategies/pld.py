@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.checks import check_range
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 
 

@@ -32,9 +32,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.backends.base import Backend, Scores
 from ouroboros.checks import check_range
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 from ouroboros.strategies.stats import PoolUse
 from ouroboros.verify import Verdict

@@ -16,9 +16,10 @@ import functools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.backends.base import Backend
 from ouroboros.datastore import Datastore, continuation_tree
 from ouroboros.draft import CANDIDATE, Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 from ouroboros.strategies.stats import PoolUse
 from ouroboros.verify import Verdict

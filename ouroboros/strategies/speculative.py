@@ -21,10 +21,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ouroboros.backends.base import Backend, OuroborosError, Scores
+from ouroboros.backends.base import Backend, Scores
 from ouroboros.checks import check_range
 from ouroboros.decode import run_steps
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies.base import DecodeState
 from ouroboros.strategies.vanilla import VanillaProposer
 from ouroboros.verify import Verdict

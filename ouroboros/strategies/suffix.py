@@ -37,9 +37,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.backends.base import Backend, OuroborosError
+from ouroboros.backends.base import Backend
 from ouroboros.checks import check_range
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.saved import check_save, read_doc, write_doc
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 from ouroboros.strategies.stats import PoolUse

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
 from simulators.calibration.paper_fit import METHODS, Run, calibrate, fit_draft_overhead, method_runs, task_prompts
 from simulators.figures import YI_FIGURES, Task, load_tasks

@@ -50,8 +50,9 @@ from typing import Any
 
 import yaml
 
-from ouroboros.backends.base import OuroborosError, WallClock
+from ouroboros.backends.base import WallClock
 from ouroboros.draft import Draft
+from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
 from simulators.cost_model import MIN_FIT_POINTS, CostModel, FitPoint, FitReport, fit
 from simulators.profiles import conf_root, load_conf

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
 from simulators.checks.spread import (
     LEVEL,

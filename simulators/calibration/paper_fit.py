@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
 from ouroboros.decode import decode
+from ouroboros.errors import OuroborosError
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.cost_model import CostModel
 from simulators.figures import YI_FIGURES, Task, load_tasks

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.paths import default_cache_dir
 from simulators.calibration.decisions import FIT_GRID, coordinate_search, fit_error, fit_real_stats, task_corpus
 from simulators.decisions import SIM_SEEDS, RealRun, compare, id_mapper, load_real, score

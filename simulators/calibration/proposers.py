@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
 from simulators.calibration.measured import repo_relative
 from simulators.hardware import Hardware

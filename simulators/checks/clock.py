@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ouroboros.argparser import RunSpec, parse_kind, parse_runs
-from ouroboros.backends.base import OuroborosError
 from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
+from ouroboros.errors import OuroborosError
 from ouroboros.harness import Job, StrategyRun, StrategyRunner, run_interleaved
 from ouroboros.metrics import PromptResult
 from ouroboros.paths import check_out_dir

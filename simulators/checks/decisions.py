@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 from ouroboros.paths import default_cache_dir
 from simulators.decisions import (
     RealRun,

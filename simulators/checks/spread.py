@@ -21,7 +21,7 @@ import json
 import random
 from typing import Any, NamedTuple
 
-from ouroboros.backends.base import OuroborosError
+from ouroboros.errors import OuroborosError
 
 LEVEL = 0.8   # the quantile reported, as the bands' central 80%
 
