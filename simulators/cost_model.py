@@ -54,8 +54,8 @@ from typing import Any
 
 from ouroboros.checks import check_range
 from ouroboros.errors import OuroborosError
+from simulators.architectures import ModelProfile
 from simulators.hardware import ROOFLINE_P_MAX, Hardware
-from simulators.profiles import ModelProfile
 
 DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0, "bfloat16": 2.0,
                "int8": 1.0, "fp8": 1.0, "int4": 0.5}

@@ -4,7 +4,7 @@ the loop's bookkeeping), measured on a real backend and charged per step by the 
 
 A real run records per step `draft_s` (in `propose`) and `other_s` (commit and `observe`): wall time the cost model,
 which charges model forwards only, never sees. `python -m simulators calibrate proposers`
-(simulators/calibration/proposers.py) fits each of the two as a + b x draft nodes per strategy, from a real pair's
+(simulators/lab/calibration/proposers.py) fits each of the two as a + b x draft nodes per strategy, from a real pair's
 records, into the hardware profile of the machine that ran them:
 
     proposer_costs:

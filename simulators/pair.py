@@ -27,11 +27,11 @@ from typing import Any
 from ouroboros.backends.base import Backend
 from ouroboros.datasets import Prompt
 from ouroboros.errors import OuroborosError
+from simulators.architectures import PairProfile
 from simulators.backend import ProxyBackend, SimBackend, SimClock
 from simulators.cost_model import CostModel, check_fits, from_spec, scaled_to
 from simulators.hardware import Hardware
 from simulators.host import HostCharging, HostTimes, check_strategies
-from simulators.profiles import PairProfile
 from simulators.simconfig import SimConfig
 from simulators.stand_in import rest_stand_in as stand_in
 from simulators.stand_in import target_knows
@@ -78,7 +78,7 @@ class SimPair:
 
 def prompt_span(prompt_len: int | None) -> tuple[int, int]:
     """(shortest, longest) tokens of the simulator's own prompts: 0.75x to 1.25x sim.prompt_len (at least 8), as
-    `calibrate measured` cuts its fit's (simulators/calibration/paper_fit.py task_prompts); the surrogate's 32 to 96
+    `calibrate measured` cuts its fit's (simulators/lab/calibration/paper_fit.py task_prompts); the surrogate's 32 to 96
     without one."""
     if prompt_len is None:
         return 32, 96

@@ -5,10 +5,10 @@ the rest, so `sim.<key>=v` still overrides any option) holding only what its fit
 for; make_pair refuses another) and `fit:` (its inputs: which published or measured figures, which command, commit).
 
 Writers (`python -m simulators calibrate measured|decisions`):
-- `simulators.calibration.measured`: any pair's per-task fit from its measured vanilla token/s, SpS token/s and SpS
+- `simulators.lab.calibration.measured`: any pair's per-task fit from its measured vanilla token/s, SpS token/s and SpS
   block efficiency ONLY (the fit of `simulators check paper`; the Yi-34B/6B profiles are it on the paper's figures);
   the model YAML's `sim_profiles:` or the name <pair>_<task> makes a profile its task's default (simulators/trust.py);
-- `simulators.calibration.decisions.fit_profile`: the surrogate's agreement knobs fitted to a real pair's recorded
+- `simulators.lab.decisions.fit.fit_profile`: the surrogate's agreement knobs fitted to a real pair's recorded
   decisions.
 
 Knows nothing of strategies or the loop.
@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from ouroboros.errors import OuroborosError
-from simulators.profiles import conf_root, load_conf
+from simulators.architectures import conf_root, load_conf
 from simulators.simconfig import SimConfig, summary
 
 # What each field a profile may set means (written as a comment beside it): its SimConfig doc's first clause.

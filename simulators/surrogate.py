@@ -13,7 +13,7 @@ TAIL_LEN tokens, and the slots its copying, surprise and forgiving knobs need).
   back (`extends_loop`: a real LM's greedy text does not cycle), and with `sim.self_guard` never an 8-gram its output
   already holds unless its prompt does (`repeats_output`: nor does it write its own text again). Optionally
   (`p_copy`) it copies from its own context as real LMs do (with `sim.copy_from=prompt`: from its prompt only): what
-  followed the last two tokens the last time (simulators/copyrate.py
+  followed the last two tokens the last time (simulators/lab/copyrate.py
   measures how often real text does). Its varied choices (runner-up, copy) hash the position and the tail;
   `pos_grain` > 1 hashes the position only in blocks of that many tokens and `choice_ctx` only the last few tail
   tokens, so it continues a phrase the same way a few tokens later or after a wrong earlier token, as a real LM
@@ -72,7 +72,7 @@ CONTENT_LEN = 3     # last tokens that decide whether the draft agrees (content-
 # HumanEval tokens did (HumanEval/0-23), 3.7% of its MT-Bench ones. With sim.loop_guard it never writes a third copy
 # (LOOP_EXCESS 1: none of its tokens; allowing a third copy's first token, LOOP_EXCESS 2, left 4.0%). Spans of up
 # to 64 tokens (LOOP_PERIOD 64) fitted the HumanEval recordings worse (docs/simulator.md).
-# `repeat_share` in simulators/decisions.py measures it.
+# `repeat_share` in simulators/lab/decisions/stats.py measures it.
 LOOP_PERIOD = 16
 LOOP_EXCESS = 1
 # Nor does it write its own text again: of the real pair's greedy output 8-grams, none (HumanEval, 36 outputs) and
@@ -96,7 +96,8 @@ SALT_TOPIC = 37        # target: goes on as its topic passage does (topic); with
 
 
 # The plain n-gram target: the text prior's copying, locality and position-invariance off, in the surrogate's own
-# word pieces: what simulators/copyrate.py compares real text with, and the tests' baseline (`plain_config(**knobs)`).
+# word pieces: what simulators/lab/copyrate.py compares real text with, and the tests' baseline
+# (`plain_config(**knobs)`).
 PLAIN_TEXT: dict[str, Any] = {"vocab": 4096, "pieces": "words", "p_copy": 0.0, "induction": 0.0, "pos_grain": 1,
                               "choice_ctx": 0, "local_frac": 0.0, "local_ctx": 1}
 

@@ -1,4 +1,6 @@
-"""Real prompts on the surrogate with the token counts a real tokenizer gives (`sim.prompt_tokens`).
+"""The simulator's tokenizers, one place: the surrogate's own (`PieceTokenizer`: words, digit runs, spaces; or
+`RealTokenizer`: the pair's real one, `sim.pieces=real`), and real prompts on the surrogate with the token counts a
+real tokenizer gives (`sim.prompt_tokens`).
 
 The surrogate's own tokenizer (`PieceTokenizer`: 4,096 pieces of Python source) splits prose into about 1.3
 characters per token, where real tokenizers give about 3-4: prose prompts come out ~3x too long, so modelled
@@ -18,13 +20,106 @@ Continuations are still the surrogate's. Knows nothing of costs or strategies.
 
 from __future__ import annotations
 
+import re
 import zlib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from ouroboros.errors import OuroborosError
-from simulators.corpus import PieceTokenizer, RealTokenizer
 from simulators.simconfig import SimConfig
+
+EOS_ID = 0
+_PIECE = re.compile(r"[A-Za-z_]+|[0-9]+| +|\n|.", re.DOTALL)
+# pieces="bpe": words carry their leading space, as GPT-2-style pre-tokenizers (and Qwen's) split text; an indent
+# run keeps all but its last space, which joins the next word (" return"), so code and prose get about as many
+# tokens per character as a real tokenizer gives (sim.pieces; measure_chars_per_token below measures the real ratio).
+_PIECE_BPE = re.compile(r" ?[A-Za-z_]+| ?[0-9]+| ?[^\sA-Za-z_0-9]| +(?!\S)| +|\n|.", re.DOTALL)
+PIECE_STYLES = {"words": _PIECE, "bpe": _PIECE_BPE}
+
+
+class PieceTokenizer:
+    """Words, digit runs, space runs and single characters; the `vocab_size` most frequent pieces of the
+    corpus get ids (id 0 = EOS), any other text falls back to its characters (non-ASCII -> '?'). No chat
+    template: real datasets (humaneval, mtbench, specbench, jsonl) on the `sim` backend are their plain text."""
+
+    real_ids = False   # ids are the surrogate's own (RealTokenizer: the pair's real ids)
+    eos_id = EOS_ID
+
+    def __init__(self, text: str, vocab_size: int, style: str = "words"):
+        chars = [chr(c) for c in range(32, 127)] + ["\n", "\t"]
+        if vocab_size < len(chars) + 2:
+            raise OuroborosError(f"surrogate vocab must be >= {len(chars) + 2}, got {vocab_size}")
+        if style not in PIECE_STYLES:
+            raise OuroborosError(f"surrogate pieces must be one of {', '.join(PIECE_STYLES)}, got {style!r}")
+        self.piece_re = PIECE_STYLES[style]
+        counts = Counter(p for p in self.piece_re.findall(text) if len(p) > 1)
+        top = [p for p, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: vocab_size - 1 - len(chars)]]
+        self.pieces = ["<|eos|>"] + chars + top
+        self.ids = {p: i for i, p in enumerate(self.pieces)}
+        self.vocab_size = self.plain_vocab = len(self.pieces)
+
+    def piece_id(self, piece: str) -> int | None:
+        return self.ids.get(piece)
+
+    def encode(self, text: str) -> list[int]:
+        out, ids, q = [], self.ids, self.ids["?"]
+        for p in self.piece_re.findall(text):
+            i = ids.get(p)
+            if i is not None:
+                out.append(i)
+            else:
+                out.extend(ids.get(c, q) for c in p)
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.pieces[i] if 0 < i < len(self.pieces) else "" for i in ids)
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        """As a transformers tokenizer is called (the dataset loaders tokenize real prompts this way on `sim`);
+        there are no special tokens to add."""
+        return {"input_ids": self.encode(text)}
+
+
+class RealTokenizer:
+    """The pair's own tokenizer as the surrogate's (`sim.pieces=real`): the surrogate target then reads and writes
+    REAL token ids, so real prompts, REST datastores and the real pair's traces need no mapping, and which tokens
+    a datastore or a prompt shares with the surrogate's text is what the real tokenizer makes of them. Ids below
+    `plain_vocab` are ordinary tokens; the added special tokens above it are never produced (EOS = the
+    tokenizer's own)."""
+
+    real_ids = True
+
+    def __init__(self, path: str):
+        from transformers import AutoTokenizer
+
+        try:
+            self.tok = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as e:
+            raise OuroborosError(f"sim.pieces=real: cannot load the tokenizer in {path!r}: "
+                                 f"{str(e).splitlines()[0]}") from None
+        self.vocab_size = len(self.tok)
+        added = list(getattr(self.tok, "added_tokens_decoder", {}) or {})
+        self.plain_vocab = min(added) if added else self.vocab_size
+        eos = self.tok.eos_token_id
+        self.eos_id = int(eos) if eos is not None else self.plain_vocab
+        self.chat_template = getattr(self.tok, "chat_template", None)
+
+    def piece_id(self, piece: str) -> int | None:
+        ids = self.encode(piece)
+        return ids[0] if len(ids) == 1 else None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int], **kw: Any) -> str:
+        return str(self.tok.decode(ids))
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": self.encode(text)}
+
+    def apply_chat_template(self, messages: Any, **kw: Any) -> Any:
+        return self.tok.apply_chat_template(messages, **kw)
 
 
 class RealCountTokenizer:

@@ -39,7 +39,7 @@ import yaml
 
 from ouroboros.errors import OuroborosError
 from ouroboros.sources import DEFAULT_MAX_NEW_TOKENS, SPECBENCH_BUDGETS
-from simulators.profiles import conf_root, load_conf
+from simulators.architectures import conf_root, load_conf
 
 # dataset kind -> task, for datasets that are one task
 DATASET_TASKS = {"humaneval": "humaneval", "mtbench": "mtbench", "mbpp": "mbpp", "gsm8k": "gsm8k"}

@@ -99,13 +99,13 @@ def _sim_pair():
 
 
 def _llama_profile():
-    from simulators.profiles import load_conf
+    from simulators.architectures import load_conf
 
     return dict(load_conf("model", "llama70b_7b"))
 
 
 def _h100():
-    from simulators.profiles import load_conf
+    from simulators.architectures import load_conf
 
     return dict(load_conf("hardware", "h100"))
 

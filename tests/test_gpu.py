@@ -77,7 +77,7 @@ def test_calibrate_random_weights_on_cuda(tmp_path, monkeypatch, capsys):
     shapes built on the GPU, timed there (synchronised clock), fitted, and a profile written that names the GPU."""
     import yaml
 
-    import simulators.calibration.cost as cal
+    import simulators.lab.calibration.cost as cal
     from simulators.__main__ import main
 
     prof = {"target": {"name": "tiny-t", "layers": 4, "hidden": 256, "intermediate": 512, "heads": 4, "kv_heads": 2,

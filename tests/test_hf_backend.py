@@ -96,7 +96,7 @@ def test_kv_invariant_after_tree_commits(family, data):
 
 def _sim_backend():
     from simulators import make_pair
-    from simulators.profiles import load_conf
+    from simulators.architectures import load_conf
 
     pair = make_pair(dict(load_conf("model", "llama70b_7b")), dict(load_conf("hardware", "h100")),
                      {"devices": 2, "placement": "tensor"})

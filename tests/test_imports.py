@@ -180,6 +180,46 @@ def test_ouroboros_reaches_no_simulator_or_analysis_module(module):
     assert not bad, f"{module} reaches {sorted(bad)} (imported by {bad})"
 
 
+RUNTIME = sorted(m for m in MODS if m.startswith("simulators") and not m.startswith("simulators.lab")
+                 and m != "simulators.__main__")
+LAB = "simulators.lab"   # the simulator's calibration and checking tooling: `python -m simulators ...` only
+
+
+def test_runtime_and_lab_are_both_there():
+    assert {"simulators.backend", "simulators.pair", "simulators.plugin", "simulators.trust"} <= set(RUNTIME)
+    assert {"simulators.lab.cli", "simulators.lab.decisions.stats", "simulators.lab.spread"} <= set(MODS)
+    assert LAB + ".cli" in reaches(EDGES, "simulators.__main__")   # the check below sees a function-local import
+
+
+@pytest.mark.parametrize("module", RUNTIME)
+def test_runtime_simulator_reaches_no_lab_module(module):
+    """The runtime simulator (everything a simulated run can reach: simulators/*.py) never imports the lab, directly,
+    inside a function or through a chain of imports: the lab imports the runtime, never the other way round."""
+    bad = sorted(m for m in reaches(EDGES, module) if m == LAB or m.startswith(LAB + "."))
+    assert not bad, f"{module} reaches the lab: {bad}"
+
+
+def test_simulators_main_is_only_the_labs_door():
+    """`python -m simulators` hands over to the lab's command tree (simulators/lab/cli.py), loaded only when it runs:
+    importing simulators.__main__ imports nothing else of the simulator at module level."""
+    assert EDGES["simulators.__main__"] <= {LAB, LAB + ".cli"}
+    tree = MODS["simulators.__main__"]
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert all(getattr(n, "module", None) in ("__future__", None) for n in top), "module-level import of the lab"
+
+
+def test_a_simulated_run_loads_no_lab_module():
+    """Importing every runtime module (and the backend kind's plugin) leaves the lab unloaded."""
+    import subprocess
+    import sys
+
+    code = ("import importlib, sys\n"
+            f"for m in {RUNTIME!r}: importlib.import_module(m)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('simulators.lab')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 IMPORTERS = ("import_module", "__import__", "run_module", "find_spec", "load_module", "resolve")   # name -> module
 FILE_IMPORTERS = {"spec_from_file_location": 1, "run_path": 0}   # path -> module (its path argument's index): a
 #                                                                   path fixed in the code is a name too

@@ -67,8 +67,8 @@ def test_a_simulated_run_records_its_profile_and_stand_in_prompts(tmp_path):
 def test_stand_in_prompts_are_the_ones_calibrate_fitted_on():
     """Same prompts as `calibrate measured` cut for the profile's fit (0.75x to 1.25x the task's prompt_len), with
     the task's budget."""
-    from simulators.calibration.paper_fit import task_pair, task_prompts
-    from simulators.figures import load_tasks
+    from simulators.lab.calibration.paper_fit import task_pair, task_prompts
+    from simulators.lab.figures import load_tasks
 
     run, _ = composed("model=llama70b_7b")
     prompts = make_pair(run.model, run.hardware, run.sim, seed=run.seed).default_prompts(4, run.seed)

@@ -141,7 +141,7 @@ def test_simulated_prompts_with_history_are_lossless_and_the_matrix_holds_runner
     from test_suffix import greedy_lm
 
     from simulators import make_pair
-    from simulators.profiles import load_conf
+    from simulators.architectures import load_conf
 
     pair = make_pair(dict(load_conf("model", "llama70b_7b")), dict(load_conf("hardware", "a800x2")), {})
     prop = build_proposer("recycling", {}, pair.target)

@@ -51,7 +51,7 @@ def test_timing_statistic():
     import pytest
 
     from ouroboros.errors import OuroborosError
-    from simulators.calibration.cost import pick
+    from simulators.lab.calibration.cost import pick
 
     assert pick([0.3, 0.1, 0.2], "median") == 0.2 and pick([0.3, 0.1, 0.2], "min") == 0.1
     with pytest.raises(OuroborosError, match="unknown timing statistic 'mean'"):
@@ -64,7 +64,7 @@ def test_profile_shapes_build_stock_models_of_exactly_their_parameter_count():
     import torch
     from transformers import AutoModelForCausalLM
 
-    from simulators.profiles import PairProfile, conf_root, load_conf
+    from simulators.architectures import PairProfile, conf_root, load_conf
 
     seen = set()
     for path in sorted((conf_root() / "model").glob("*.yaml")):
@@ -82,7 +82,7 @@ def test_profile_shapes_build_stock_models_of_exactly_their_parameter_count():
 
 
 def _profile_only(monkeypatch, profile):
-    import simulators.calibration.cost as cal
+    import simulators.lab.calibration.cost as cal
 
     monkeypatch.setattr(cal, "load_conf", lambda group, name: {"name": name, "kind": "profile", "profile": profile})
 
@@ -107,7 +107,7 @@ def test_calibrate_random_weights_of_a_profile(tmp_path, capsys, monkeypatch):
 
 def test_calibrate_random_weights_refuses_what_does_not_fit(tmp_path, capsys, monkeypatch):
     """Weights larger than the device's free memory: one line naming the sizes, before anything is built."""
-    import simulators.calibration.cost as cal
+    import simulators.lab.calibration.cost as cal
 
     _profile_only(monkeypatch, TINY_PROFILE)
     monkeypatch.setattr(cal, "free_bytes", lambda device: 1_000_000)

@@ -15,10 +15,10 @@ from cli_helper import run_module
 from ouroboros.decode import decode
 from ouroboros.session import git_commit
 from ouroboros.strategies import build_proposer
-from simulators.calibration.paper_fit import calibrate
-from simulators.figures import YI_FIGURES, load_tasks, make_task
+from simulators.architectures import load_conf
+from simulators.lab.calibration.paper_fit import calibrate
+from simulators.lab.figures import YI_FIGURES, load_tasks, make_task
 from simulators.pair import make_pair
-from simulators.profiles import load_conf
 
 ROOT = Path(__file__).resolve().parents[1]
 # a pair's figures as flags: HumanEval-like code, 64 tokens, SpS at gamma 4 (3 prompts: a few seconds a fit)
@@ -102,7 +102,7 @@ def test_a_speedup_alone_takes_vanilla_from_the_hardware_roofline(tmp_path):
     assert inputs["sps_speedup"] == 1.5 and "sps_tok_s" not in inputs
     assert inputs["vanilla_tok_s"]["inferred"].startswith("hardware roofline")
     assert inputs["sps_block_efficiency"]["inferred"].startswith("from SpS speedup through the cost model")
-    from simulators.calibration.paper_fit import estimated_overheads
+    from simulators.lab.calibration.paper_fit import estimated_overheads
 
     t = make_task("humaneval", {"sps_speedup": 1.5, "max_new_tokens": 64, "prompt_len": 150}, "llama70b_7b",
                   "a800x2", "4", "x")
@@ -139,7 +139,7 @@ def test_spec_bench_speedups_with_one_mean_accepted_tokens(tmp_path):
 
 def test_spec_bench_mean_is_pooled_over_every_step(tmp_path):
     """The fitted mean is all tasks' new tokens over all their target forwards, within 1% of the input."""
-    from simulators.calibration.measured import residuals
+    from simulators.lab.calibration.measured import residuals
 
     path = tmp_path / "sb.yaml"
     path.write_text(SPEC_BENCH.format(mean=2.6))
@@ -272,7 +272,7 @@ def test_provenance_names_no_machine_path_and_keeps_the_command_whole(tmp_path):
 # ----------------------------------------------------------------------------------------------- the spread's range
 def test_the_ratio_spread_is_the_yi_fits_own():
     """RATIO_SPREAD: the Yi-34B/6B tasks' own draft / target ratios over their shared one (16 prompts, seed 0)."""
-    from simulators.calibration.paper_fit import RATIO_SPREAD, own_ratios
+    from simulators.lab.calibration.paper_fit import RATIO_SPREAD, own_ratios
 
     tasks, _ = load_tasks(YI_FIGURES)
     cal = calibrate(16, 0, "hf", tasks)

@@ -15,8 +15,8 @@ from ouroboros.errors import OuroborosError
 from ouroboros.sinks import read_records
 from ouroboros.strategies import build_proposer
 from simulators import trust
+from simulators.architectures import load_conf
 from simulators.pair import category_options, make_pair
-from simulators.profiles import load_conf
 from simulators.sim_profiles import load_profile
 from simulators.simconfig import SimConfig
 

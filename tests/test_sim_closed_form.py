@@ -4,7 +4,7 @@ per point for the 1% figure."""
 
 import pytest
 
-from simulators.closed_form import expected_block_efficiency, simulated_block_efficiency
+from simulators.lab.closed_form import expected_block_efficiency, simulated_block_efficiency
 
 
 def test_formula_golden():

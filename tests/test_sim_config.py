@@ -15,7 +15,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(SimConfig)}
 
 
 def test_generated_files_agree_with_the_dataclass():
-    from simulators.write_options import DEFAULT_YAML, default_yaml, stale
+    from simulators.lab.write_options import DEFAULT_YAML, default_yaml, stale
 
     assert stale() == []
     assert yaml.safe_load(DEFAULT_YAML.read_text()) == SimConfig().as_dict() == yaml.safe_load(default_yaml())
@@ -88,7 +88,8 @@ def test_removed_options_are_refused_but_old_records_holding_them_still_load(tmp
 
 
 def test_option_lists_elsewhere_name_fields_with_valid_values():
-    from simulators.calibration import decisions, paper_fit, prior
+    from simulators.lab.calibration import paper_fit, prior
+    from simulators.lab.decisions import fit as decisions
 
     for name, grid in decisions.FIT_GRID:
         assert name in FIELDS, name
@@ -100,7 +101,7 @@ def test_option_lists_elsewhere_name_fields_with_valid_values():
 
 
 def test_every_committed_profile_is_a_valid_config():
-    from simulators.profiles import conf_root
+    from simulators.architectures import conf_root
     from simulators.sim_profiles import load_profile
 
     names = [p.stem for p in (conf_root() / "sim").glob("*.yaml") if p.stem != "default"]

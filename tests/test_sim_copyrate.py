@@ -6,8 +6,9 @@ import pytest
 
 from ouroboros.errors import OuroborosError
 from simulators.__main__ import main
-from simulators.checks.paper import parse_p_copy
-from simulators.copyrate import (
+from simulators.corpus import load_corpus
+from simulators.lab.checks.paper import parse_p_copy
+from simulators.lab.copyrate import (
     by_length,
     copy_rate,
     encode,
@@ -19,7 +20,6 @@ from simulators.copyrate import (
     shown,
     surrogate_rate,
 )
-from simulators.corpus import load_corpus
 from simulators.surrogate import plain_config
 
 
@@ -122,7 +122,7 @@ def test_prompt_copying_by_match_length_on_the_surrogate():
     (random tokens) at the P(L) its options say; without it, hardly ever."""
     import random
 
-    from simulators.copyrate import surrogate_pairs
+    from simulators.lab.copyrate import surrogate_pairs
     from simulators.surrogate import NGramLM
 
     rng = random.Random(0)

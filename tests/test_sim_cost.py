@@ -4,7 +4,7 @@ import pytest
 
 from ouroboros.errors import OuroborosError
 from simulators import CostModel, Hardware, check_fits, from_spec, make_pair, scaled_to
-from simulators.profiles import ModelProfile, PairProfile, load_conf
+from simulators.architectures import ModelProfile, PairProfile, load_conf
 
 
 def one_line(e) -> str:

@@ -12,13 +12,12 @@ import pytest
 import yaml
 
 from ouroboros.errors import OuroborosError
-from simulators import decisions
 from simulators.__main__ import main as sim_main
-from simulators.calibration import decisions as fit
-from simulators.calibration import prior
-from simulators.checks import decisions as check
+from simulators.architectures import conf_root, load_conf
+from simulators.lab.calibration import prior
+from simulators.lab.decisions import check, fit
+from simulators.lab.decisions import stats as decisions
 from simulators.pair import make_pair
-from simulators.profiles import conf_root, load_conf
 from simulators.replay import trace_name
 
 
@@ -491,7 +490,7 @@ def test_bands_from_a_sweeps_records_score_each_sweeps_held_out_prompts(swept, t
     from that sweep's odd-position prompts where the profile lists no fit prompts (it was fitted on the even ones),
     and from every prompt it does not list where it lists them (a fresh file's every prompt)."""
     from simulators import sim_profiles
-    from simulators.calibration import bands
+    from simulators.lab.calibration import bands
 
     out = tmp_path / "records.jsonl"
     out.write_text(swept.read_text())
@@ -527,7 +526,8 @@ def test_a_runs_outputs_replay_prompt_lookup_exactly_and_refuse_a_draft_model(sw
 
     from ouroboros.decode import decode
     from ouroboros.strategies import build_proposer
-    from simulators import replay, trace_outputs
+    from simulators import replay
+    from simulators.lab import trace_outputs
     from simulators.pair import check_source
 
     doc = trace_outputs.outputs_trace(str(swept), "vanilla", "synthetic", "tiny", prompts=tiny_prompts)
@@ -568,7 +568,7 @@ def test_trace_bad_input_is_one_line_and_writes_nothing(swept, tmp_path, capsys)
 
 def test_repeat_share_counts_the_tokens_of_a_third_back_to_back_copy():
     """check decisions' `repeat`: 1 2 1 2 | 1 2 -> the last two tokens start and continue a third copy of "1 2"."""
-    from simulators.decisions import repeat_share
+    from simulators.lab.decisions.stats import repeat_share
 
     assert repeat_share([[1, 2, 1, 2, 1, 2]]) == 2 / 6
     assert repeat_share([[1, 2, 3, 1, 2, 3, 4, 5]]) == 0.0       # a span twice is not a loop
@@ -577,7 +577,7 @@ def test_repeat_share_counts_the_tokens_of_a_third_back_to_back_copy():
 
 
 def test_self_repeat_counts_the_n_grams_an_output_wrote_before():
-    from simulators.decisions import self_repeat
+    from simulators.lab.decisions.stats import self_repeat
 
     assert self_repeat([[1, 2, 3, 1, 2, 3]], n=3) == 1 / 4      # (1,2,3) again; (2,3,1), (3,1,2) are new
     assert self_repeat([[1, 2, 3], [1, 2, 3]], n=3) == 0.0     # per output: another output's n-grams do not count
@@ -585,7 +585,7 @@ def test_self_repeat_counts_the_n_grams_an_output_wrote_before():
 
 
 def test_prompt_share_counts_the_output_n_grams_its_own_prompt_holds():
-    from simulators.decisions import prompt_share
+    from simulators.lab.decisions.stats import prompt_share
 
     assert prompt_share([[1, 2, 3, 4]], [[2, 3, 4, 9]], n=3) == 1 / 2          # (2,3,4) in the prompt; (3,4,9) not
     assert prompt_share([[1, 2, 3], [7, 8, 9]], [[7, 8, 9], [1, 2, 3]], n=3) == 0.0   # another prompt's do not count
@@ -598,8 +598,8 @@ def test_check_decisions_picks_the_pairs_profile_for_the_task():
     """Without --sim, `check decisions` compares the profile a simulated run of the pair on that dataset picks (one
     `note:` line names it), so `--by-category` on MT-Bench routes from a profile its category profiles share
     their text options with; `--sim default` still checks the prior, and a task the pair has no profile for too."""
+    from simulators.architectures import load_conf
     from simulators.pair import category_options, sim_options
-    from simulators.profiles import load_conf
     from simulators.sim_profiles import load_profile
     from simulators.trust import category_profiles
 
@@ -629,7 +629,7 @@ def test_check_decisions_sets_each_eta_error_against_the_prompt_floor():
     """`floor_lines`: an eta error within how far that many real prompts of the task stray (the committed prompt
     floor) is listed as not told apart from prompt choice, one beyond it as the simulator's own; the floor of the
     largest measured k <= the row's prompts is used and its k named; no floor (task or strategy unmeasured): no line."""
-    from simulators.decisions import floor_lines
+    from simulators.lab.decisions.stats import floor_lines
     from simulators.trust import floor_for
 
     (k_p, pld), (k_s, suf) = (floor_for("humaneval", s, 8)["block_efficiency"] for s in ("pld", "suffix"))

@@ -455,7 +455,7 @@ def test_guards_and_prompt_copying_fast_paths_equal_reference(seed, copy_from, s
 def test_self_guarded_surrogate_never_repeats_its_own_8_grams():
     """sim.self_guard: whatever the copying knobs, the target's greedy output holds no 8-gram twice (the prompt's
     own repeats are not its output); without the guard these configurations do repeat themselves."""
-    from simulators.decisions import self_repeat
+    from simulators.lab.decisions.stats import self_repeat
     from simulators.surrogate import NGramLM, plain_config
 
     prompt = [5, 9, 13, 2, 5, 9, 13, 2, 17, 21]

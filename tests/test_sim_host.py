@@ -1,4 +1,4 @@
-"""The proposers' host time on the simulated clock (simulators/host.py, simulators/calibration/proposers.py): a
+"""The proposers' host time on the simulated clock (simulators/host.py, simulators/lab/calibration/proposers.py): a
 profile with proposer costs charges exactly a + b x draft nodes per step, in the step's draft and other time; a
 profile without them changes no second; the fit recovers a and b from recorded steps; bad inputs are one line."""
 
@@ -12,9 +12,9 @@ from ouroboros.errors import OuroborosError
 from ouroboros.harness import StrategyRun, StrategyRunner
 from simulators import Hardware, make_pair
 from simulators.__main__ import main as sim_main
-from simulators.calibration.proposers import Step, fit_line, fit_steps, replace_block
+from simulators.architectures import conf_root, load_conf
 from simulators.host import HostTimed, ProposerCost
-from simulators.profiles import conf_root, load_conf
+from simulators.lab.calibration.proposers import Step, fit_line, fit_steps, replace_block
 
 QWEN = "Qwen2.5-Coder-1.5B-Instruct"
 PLD = {"draft_s": 1e-3, "draft_s_per_node": 1e-4, "other_s": 2e-3, "other_s_per_node": 3e-5}

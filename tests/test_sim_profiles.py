@@ -13,10 +13,10 @@ from ouroboros.config import validate
 from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
 from ouroboros.strategies import build_proposer
+from simulators.architectures import PairProfile, conf_root, load_conf
 from simulators.cost_model import from_spec
 from simulators.hardware import Hardware
 from simulators.pair import make_pair
-from simulators.profiles import PairProfile, conf_root, load_conf
 from simulators.sim_profiles import load_profile, pair_profiles, profile_text
 from simulators.simconfig import SimConfig
 
@@ -88,7 +88,7 @@ def test_profile_text_is_documented_yaml(tmp_path: Path):
 
 def test_every_fitted_knob_is_documented_in_a_written_profile():
     """A refit writes each knob of the fit grid with its comment (none may come out blank)."""
-    from simulators.calibration.decisions import FIT_GRID
+    from simulators.lab.decisions.fit import FIT_GRID
     from simulators.sim_profiles import FIELD_DOCS
 
     assert [k for k, _ in FIT_GRID if not FIELD_DOCS.get(k)] == []
@@ -98,7 +98,14 @@ def test_paper_text_knobs_come_from_the_real_pairs_decision_profiles():
     """`check paper --text decisions`: each paper task's surrogate target takes its text knobs from the decision
     profile of a real-pair task of the same kind (the draft's agreement is still the Yi pair's own fit), and they reach
     the simulated pair; without --text the target keeps the defaults."""
-    from simulators.calibration.paper_fit import CODE_CORPORA, TASKS, TEXT_KNOBS, TEXT_PROFILES, task_pair, text_knobs
+    from simulators.lab.calibration.paper_fit import (
+        CODE_CORPORA,
+        TASKS,
+        TEXT_KNOBS,
+        TEXT_PROFILES,
+        task_pair,
+        text_knobs,
+    )
 
     for t in TASKS:
         assert text_knobs(t, "none") == ()

@@ -111,8 +111,8 @@ def test_recordings_render_prompts_as_the_dataset_yaml_does():
 
     import yaml
 
-    from simulators.checks.clock import dataset_cfg
-    from simulators.decisions import BARE_PROMPTS, RealRun
+    from simulators.lab.checks.clock import dataset_cfg
+    from simulators.lab.decisions.stats import BARE_PROMPTS, RealRun
 
     conf = yaml.safe_load((Path(__file__).parents[1] / "conf/dataset/humaneval.yaml").read_text())
     args = SimpleNamespace(dataset=["humaneval"], limit=3, ids=None, max_new_tokens=16)
@@ -129,9 +129,9 @@ def test_records_check_the_clock_alone_on_recorded_forwards(tmp_path, capsys, mo
     a missing file and --records with --replay-only are one line each, before anything is read."""
     import json
 
-    import simulators.checks.clock as clock
+    import simulators.lab.checks.clock as clock
+    from simulators.architectures import load_conf
     from simulators.cost_model import CostModel
-    from simulators.profiles import load_conf
 
     tcm = CostModel(fixed_s=0.2, token_s=4e-3, weight_s=0.04, flop_s_per_token=4e-3, tile=8, kv_s_per_ctx=1e-5,
                     attn_s_per_q_ctx=2e-6, one_row_s=0.05)

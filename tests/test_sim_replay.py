@@ -12,7 +12,7 @@ from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
 from ouroboros.strategies import build_proposer
 from simulators import CostModel, ProxyBackend, SimClock, make_pair
-from simulators.profiles import load_conf
+from simulators.architectures import load_conf
 from simulators.replay import Recorder, save_trace
 
 COST = CostModel(fixed_s=0.01, token_s=0.001, weight_s=0.02, flop_s_per_token=0.0005, tile=4, kv_s_per_ctx=1e-5)
@@ -90,8 +90,8 @@ def test_realcheck_recording_replays_with_no_unrecorded_context(tmp_path, monkey
     as `check decisions` replays it: same outputs, no context the recording never saw, none answered twice."""
     import types
 
-    from simulators import decisions
-    from simulators.checks import clock as realcheck
+    from simulators.lab.checks import clock as realcheck
+    from simulators.lab.decisions import stats as decisions
     from simulators.replay import load_trace
 
     target, draft = HFBackend(get_model("llama")), HFBackend(get_draft("llama", noise=0.3))

@@ -10,9 +10,9 @@ from fixtures.tiny_tokenizer import make_tokenizer
 
 from ouroboros.datasets import load_prompts
 from ouroboros.errors import OuroborosError
+from simulators.architectures import load_conf
 from simulators.corpus import load_corpus
 from simulators.pair import make_pair, sim_options
-from simulators.profiles import load_conf
 from simulators.tokens import RatioTokenizer, RealCountTokenizer, measure_chars_per_token
 
 WORDS = ["def", "return", "x", "y", "the", "cat", "sat", "on", "mat", "(", ")", ":", "+", "1", "2"]

@@ -5,7 +5,7 @@ global tree of earlier answers then drafts."""
 
 from collections import Counter
 
-from simulators.decisions import cross_share
+from simulators.lab.decisions.stats import cross_share
 from simulators.surrogate import NGramLM, plain_config
 
 

@@ -16,9 +16,9 @@ from ouroboros.record import Record
 from ouroboros.sinks import read_records
 from ouroboros.table import format_table, speedup_ranks
 from simulators import trust
-from simulators.calibration.bands import quantile, summarise
-from simulators.calibration.measured import calibrate_measured
-from simulators.figures import YI_FIGURES, load_tasks, make_task, records_task
+from simulators.lab.calibration.bands import quantile, summarise
+from simulators.lab.calibration.measured import calibrate_measured
+from simulators.lab.figures import YI_FIGURES, load_tasks, make_task, records_task
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
@@ -150,7 +150,7 @@ def test_the_yi_profiles_are_calibrate_measured_on_the_papers_figures(tmp_path):
 
 
 def test_calibrate_measured_from_flags_writes_a_profile_that_reproduces_its_vanilla_speed(tmp_path):
-    from simulators.calibration.paper_fit import run
+    from simulators.lab.calibration.paper_fit import run
 
     res = run_module("simulators", "calibrate", "measured", "--model", "llama70b_7b", "--task", "gsm8k", "--hardware",
                      "a800x2", "--vanilla-tok-s", "8", "--sps-tok-s", "14", "--sps-accepted-length", "2.5",
@@ -271,7 +271,7 @@ def test_a_profile_fitted_on_other_prompt_formats_keeps_no_band_and_says_why():
 
 
 def test_keep_recorded_carries_the_traced_cells_and_drops_the_sweep_ones(tmp_path):
-    from simulators.calibration.bands import kept_cells
+    from simulators.lab.calibration.bands import kept_cells
 
     doc = {"profile_recorded": {"command": "python -m simulators calibrate bands --recorded x", "commit": "abc",
                                 "cells": [{"strategy": "pld", "error": 0.1},
@@ -287,7 +287,7 @@ def test_keep_recorded_carries_the_traced_cells_and_drops_the_sweep_ones(tmp_pat
 
 
 def test_keep_records_carries_the_sweep_cells_and_a_new_cell_of_any_of_their_prompts_replaces_them(tmp_path):
-    from simulators.calibration.bands import kept_cells, replaced
+    from simulators.lab.calibration.bands import kept_cells, replaced
 
     swept = [{"strategy": s, "error": e, "from": "sweep records", "prompts": ps}
              for s, e, ps in (("pld", 0.2, ["1", "3"]), ("suffix", 0.3, ["1", "3"]), ("pld", -0.1, ["5", "7"]))]
@@ -312,7 +312,7 @@ def test_speedup_cells_score_a_held_out_sweep_against_its_simulated_sweeps(tmp_p
     """`calibrate bands --speedups TASK=REAL:SIM,...`: one profile_recorded speedup cell per strategy (seeds pooled:
     tokens over seconds summed); refused in one line each: simulated points in REAL, a SIM not decided by a recorded
     profile, other prompts, a prompt the profile was fitted to."""
-    from simulators.calibration.bands import replaced, speedup_cells
+    from simulators.lab.calibration.bands import replaced, speedup_cells
 
     def write(name, backend, times, ids=("96", "98"), decisions=None):
         lines = []

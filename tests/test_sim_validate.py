@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from ouroboros.errors import OuroborosError
-from simulators.calibration.paper_fit import TASKS, Run, Trace, fit_agreement, run, sps_plan
+from simulators.lab.calibration.paper_fit import TASKS, Run, Trace, fit_agreement, run, sps_plan
 
 SMALL = replace(TASKS[3], max_new=40)  # CNN/DM settings, short outputs
 
@@ -48,7 +48,7 @@ def test_validate_cli_refuses_empty_runs(capsys):
 
 
 def test_sensitivity_grid_on_the_paper_calibration():
-    from simulators.checks.paper import SENSITIVITY_BEST, sensitivity
+    from simulators.lab.checks.paper import SENSITIVITY_BEST, sensitivity
 
     lines: list[str] = []
     r = sensitivity(n_prompts=1, out=lines.append)
@@ -60,7 +60,7 @@ def test_sensitivity_grid_on_the_paper_calibration():
 
 
 def test_draft_overhead_scales_with_the_tasks_target_overhead():
-    from simulators.calibration.paper_fit import calibrate
+    from simulators.lab.calibration.paper_fit import calibrate
 
     tasks = TASKS[1:4]   # MBPP (no SpS figure), GSM8K, CNN/DM
     scaled = calibrate(1, 0, "hf", tasks)
@@ -79,7 +79,7 @@ def test_draft_overhead_scales_with_the_tasks_target_overhead():
 def test_roofline_shape_reaches_the_paper_pair_and_slows_its_wide_forwards():
     """`--roofline-p` (a sensitivity check) gives the task's pair a smooth A800 roofline: a lookahead-wide forward
     (k near the ridge) costs more, a one-token forward within 2%."""
-    from simulators.calibration.paper_fit import task_pair
+    from simulators.lab.calibration.paper_fit import task_pair
 
     t = next(t for t in TASKS if t.name == "CNN/DM")
     sharp, smooth = task_pair(t, 0.9, 0), task_pair(replace(t, roofline_p=2.0), 0.9, 0)

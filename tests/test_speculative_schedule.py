@@ -12,7 +12,7 @@ from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
 from ouroboros.strategies import build_proposer
 from ouroboros.strategies.speculative import hf_next_length
-from simulators.calibration.paper_fit import TASKS, task_pair
+from simulators.lab.calibration.paper_fit import TASKS, task_pair
 
 SMALL = replace(TASKS[3], max_new=40)  # CNN/DM settings, short outputs
 

@@ -394,7 +394,7 @@ def greedy_lm(lm, prompt, n, eos):
 @pytest.mark.parametrize("params", [{}, {"use_tree_spec": False, "suffix_decoding_max_cached_requests": 2}])
 def test_simulated_prompts_with_a_global_tree_are_lossless(params):
     from simulators import make_pair
-    from simulators.profiles import load_conf
+    from simulators.architectures import load_conf
 
     pair = make_pair(dict(load_conf("model", "llama70b_7b")), dict(load_conf("hardware", "a800x2")), {})
     prop = build_proposer("suffix", params, pair.target)

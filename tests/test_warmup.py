@@ -7,7 +7,7 @@ import pytest
 
 from ouroboros.harness import StrategyRun, StrategyRunner, run_prompts
 from simulators import make_pair
-from simulators.profiles import load_conf
+from simulators.architectures import load_conf
 
 HISTORY = [("suffix", {}), ("recycling", {}), ("ouroboros", {}), ("speculative", {"schedule": "hf"})]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from ouroboros.decode import decode
 from ouroboros.strategies import build_proposer, get_spec
+from simulators.architectures import load_conf
 from simulators.pair import make_pair
-from simulators.profiles import load_conf
 
 STRATEGIES: dict[str, dict[str, Any]] = {
     "vanilla": {},

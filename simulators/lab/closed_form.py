@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from ouroboros.decode import decode
 from ouroboros.strategies import build_proposer
+from simulators.architectures import load_conf
 from simulators.pair import make_pair
-from simulators.profiles import load_conf
 
 
 def expected_block_efficiency(alpha: float, gamma: int) -> float:

@@ -246,9 +246,9 @@ def records_report(records: str, dataset: str | None, sims: dict[str, Any], mode
     """Per group of prompts (`sims`: group name -> (sim options, prompt categories or None for all)): the real
     outputs' copy rate by match length (into the prompt, anywhere) against the surrogate's under the group's
     options (pooled over `seeds`), and the (induction, induction_decay) fitted to the real prompt matches."""
-    from simulators.decisions import id_mapper, load_sweep
+    from simulators.architectures import load_conf
+    from simulators.lab.decisions.stats import id_mapper, load_sweep
     from simulators.pair import pair_setup
-    from simulators.profiles import load_conf
 
     runs = load_sweep(records, model, dataset, tokenizer_dir)
     if not runs:

@@ -15,7 +15,7 @@ Three ways in, one `Task`:
 
 A task gives vanilla token/s with SpS token/s, SpS speedup or SpS block efficiency, or an SpS speedup alone; what it
 leaves out the calibration infers (vanilla token/s from the hardware roofline, the block efficiency through the cost
-model: simulators/calibration/paper_fit.py) and marks as inferred (`Task.inferred`). A value not given is 0.0 here.
+model: simulators/lab/calibration/paper_fit.py) and marks as inferred (`Task.inferred`). A value not given is 0.0 here.
 Every figure is checked in `make_task`, one line naming the key (or flag) and the bound it breaks: finite, token/s
 > 0, block efficiency in [1, gamma + 1] (accepted length in [0, gamma]), SpS token/s at most eta x vanilla's and an
 SpS speedup at most eta (a step costs one target forward at least; without eta: at most gamma + 1); task, model and
@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from ouroboros.errors import OuroborosError
-from simulators.profiles import check_name, conf_root
+from simulators.architectures import check_name, conf_root
 
 CORPORA = ("code", "pycode", "prose")
 CODE_TASKS = ("humaneval", "mbpp")

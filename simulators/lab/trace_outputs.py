@@ -24,7 +24,7 @@ def outputs_trace(path: str, point: str = "vanilla", dataset: str | None = None,
     overrides: decisions.real_prompts's signature); `ids`: only these prompts. meta.source = "outputs" marks such a
     trace."""
     from ouroboros.sinks import RecordFile
-    from simulators.decisions import real_points, real_prompts
+    from simulators.lab.decisions.stats import real_points, real_prompts
 
     chosen = real_points(path, model, dataset, lambda r: r["label"] == point, repr(point))
     render = prompts or real_prompts(model, tokenizer_dir)

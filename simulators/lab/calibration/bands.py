@@ -28,9 +28,9 @@ import yaml
 
 from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
-from simulators.calibration.paper_fit import METHODS, Run, calibrate, fit_draft_overhead, method_runs, task_prompts
-from simulators.figures import YI_FIGURES, Task, load_tasks
-from simulators.profiles import conf_root
+from simulators.architectures import conf_root
+from simulators.lab.calibration.paper_fit import METHODS, Run, calibrate, fit_draft_overhead, method_runs, task_prompts
+from simulators.lab.figures import YI_FIGURES, Task, load_tasks
 from simulators.trust import BAND_LEVEL
 
 BANDS_PATH = conf_root() / "calibration" / "bands.yaml"
@@ -81,8 +81,8 @@ def prior_cells(n_prompts: int, seed: int, out=print) -> list[dict[str, Any]]:
     """prior: conf/sim/default.yaml on the Yi pair and the A800 profile as they are (estimated overheads)."""
     from ouroboros.decode import decode
     from ouroboros.strategies import build_proposer, get_spec
+    from simulators.architectures import load_conf
     from simulators.pair import make_pair
-    from simulators.profiles import load_conf
 
     def on(t: Task, strategy: str, params: dict[str, Any], a: float, n: int, s: int) -> Run:
         pair = make_pair(load_conf("model", t.model), load_conf("hardware", t.hardware), {}, seed=s)
@@ -123,7 +123,7 @@ def recorded_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
     """profile_recorded: each `TASK=DIR:PROFILE` is a folder of real runs recorded by `python -m simulators check
     clock` on prompts the profile was never fitted to; every recording process (sub-folder) is one cell per
     strategy: the surrogate's block efficiency under the profile against the real pair's on the same prompts."""
-    from simulators.decisions import compare, folders, id_mapper, load_real
+    from simulators.lab.decisions.stats import compare, folders, id_mapper, load_real
 
     cells = []
     for spec in specs:
@@ -153,8 +153,8 @@ def records_cells(specs: list[str], out=print, by_category: bool = False) -> lis
     fitted file's odd positions, a fresh file's every prompt), the odd positions less those where it lists none.
     `by_category`: each prompt decided as a run on PROFILE decides it, by its category's profile where the model
     YAML's sim_category_profiles names one for TASK (those profiles must list their fit prompts)."""
-    from simulators.decisions import id_mapper, load_sweep, sim_pooled, split, stats
-    from simulators.profiles import load_conf
+    from simulators.architectures import load_conf
+    from simulators.lab.decisions.stats import id_mapper, load_sweep, sim_pooled, split, stats
     from simulators.sim_profiles import load_profile
     from simulators.trust import category_profiles
 
@@ -433,7 +433,7 @@ def main(a: Any, out=print) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write("# GENERATED (do not edit by hand): written by "
-                "`python -m simulators calibrate bands` (simulators/calibration/bands.py): per kind "
+                "`python -m simulators calibrate bands` (simulators/lab/calibration/bands.py): per kind "
                 "of decision source and\n# strategy, the half-width of the central 80% of relative errors measured on "
                 "figures "
                 "the source was not\n# fitted to. Read by simulators/trust.py: every simulated record, table and "

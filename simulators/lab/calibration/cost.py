@@ -54,8 +54,8 @@ from ouroboros.backends.base import WallClock
 from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
+from simulators.architectures import conf_root, load_conf
 from simulators.cost_model import MIN_FIT_POINTS, CostModel, FitPoint, FitReport, fit
-from simulators.profiles import conf_root, load_conf
 
 
 def time_forward(backend, k: int, repeats: int, tree: bool, rng: random.Random, stat: str = "median") -> float:
@@ -405,7 +405,7 @@ def random_backends(model: dict[str, Any], dtype: str, device: str, attention: s
 
     from ouroboros.backends.hf import HFBackend
     from ouroboros.models import check_device, parse_dtype
-    from simulators.profiles import PairProfile
+    from simulators.architectures import PairProfile
 
     pair = PairProfile.from_model_cfg(model)
     check_device(device)

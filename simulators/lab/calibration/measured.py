@@ -3,11 +3,11 @@ paper publishes.
 
 Per task, the pair's vanilla token/s and its speculative (SpS) token/s or speedup, with the SpS block efficiency
 (or accepted length; eta = A + 1) where known, and the SpS gamma or schedule it ran with, on a conf/hardware profile:
-    --from FIGURES.yaml                   several tasks (simulators/figures.py: conf/calibration/*.yaml)
+    --from FIGURES.yaml                   several tasks (simulators/lab/figures.py: conf/calibration/*.yaml)
     --model M --task T --hardware H --vanilla-tok-s ... --sps-tok-s ... [--sps-eta ...] --sps-gamma 4 ...
     --model M --task T --hardware H --sps-speedup S ...          a speedup alone (no token/s)
     --records runs/records.jsonl --model M --task T --hardware H   a real run's vanilla + speculative points
-It fits what `python -m simulators check paper` fits (simulators/calibration/paper_fit.py): per task the target's
+It fits what `python -m simulators check paper` fits (simulators/lab/calibration/paper_fit.py): per task the target's
 per-forward overhead on the hardware's spec-sheet roofline so vanilla token/s matches, the draft's as r x that, and
 the surrogate draft's agreement so SpS block efficiency matches at the SpS setting used. What is not given:
 - vanilla token/s (a speedup alone): the roofline at the hardware profile's estimated per-forward overhead; the
@@ -35,7 +35,7 @@ run that stands for the task cuts the simulator's own prompts that long, as this
 run the pair as a run's sim.devices / sim.placement / sim.dtype would (the profile keeps them). Provenance: a
 figures or records file is named from the repository's root, or by its own name and sha256 (never a machine path);
 the command whole; the commit (`-dirty` when the tree differs from it).
-Impossible figures (simulators/figures.py), a pair that does not fit the machine and an unwritable --out-dir are one
+Impossible figures (simulators/lab/figures.py), a pair that does not fit the machine and an unwritable --out-dir are one
 `error:` line before any fitting; a fit whose draft overhead stops at an end of its range (the SpS token/s out of the
 cost model's reach) writes nothing.
 """
@@ -50,7 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.errors import OuroborosError
-from simulators.calibration.paper_fit import (
+from simulators.architectures import check_name, conf_root, load_conf
+from simulators.lab.calibration.paper_fit import (
     DRAFT_OVERHEADS,
     TEXT_PROFILES,
     Calibration,
@@ -60,8 +61,7 @@ from simulators.calibration.paper_fit import (
     run,
     text_knobs,
 )
-from simulators.figures import YI_FIGURES, Task, load_tasks, records_task, sps_setting
-from simulators.profiles import check_name, conf_root, load_conf
+from simulators.lab.figures import YI_FIGURES, Task, load_tasks, records_task, sps_setting
 
 TOLERANCE = 0.20   # the largest |fitted / input - 1| a profile is written with (the Yi fit's own: 16.6%)
 MACHINE_FLAGS = ("devices", "placement", "dtype")   # sim options the pair runs with, as a run's sim.<key>
@@ -186,7 +186,8 @@ def write_profiles(cal: Calibration, tasks: tuple[Task, ...], source: str, comma
             "text_knobs": (f"{', '.join(k for k, _ in t.text)} from conf/sim/{TEXT_PROFILES[t.name]}.yaml (the real "
                            "Qwen2.5-Coder pair's recorded decisions, no published figure)" if t.text
                            else "the surrogate's defaults"),
-            "method": "simulators.calibration.paper_fit.calibrate: target overhead so vanilla token/s matches (per task"
+            "method": "simulators.lab.calibration.paper_fit.calibrate: target overhead so vanilla token/s matches "
+                      "(per task"
                       + ("; none given: the hardware profile's estimate" if "vanilla_tok_s" in dict(t.inferred) else "")
                       + "); " + draft + ("agreement so SpS token/s matches (block efficiency inferred) "
                                          if "sps_block_efficiency" in dict(t.inferred) else
@@ -299,7 +300,7 @@ def add_args(ap) -> None:
 
 FLAG_KEYS = ("vanilla_tok_s", "sps_tok_s", "sps_speedup", "sps_eta", "sps_accepted_length", "sps_gamma",
              "sps_schedule", "max_new_tokens", "prompt_len")
-# a task's figure keys (simulators/figures.py) as the flags spell them, for the one-line errors
+# a task's figure keys (simulators/lab/figures.py) as the flags spell them, for the one-line errors
 FLAG_NAMES = {"vanilla_tok_s": "--vanilla-tok-s", "sps_tok_s": "--sps-tok-s", "sps_speedup": "--sps-speedup",
               "sps_block_efficiency": "--sps-eta", "sps_accepted_length": "--sps-accepted-length",
               "max_new_tokens": "--max-new-tokens", "prompt_len": "--prompt-len"}
@@ -307,7 +308,7 @@ FLAG_NAMES = {"vanilla_tok_s": "--vanilla-tok-s", "sps_tok_s": "--sps-tok-s", "s
 
 def measured_tasks(a: Any) -> tuple[tuple[Task, ...], str, list[str]]:
     """(tasks, their source, the command's own words for the provenance) from --from, --records or the flags."""
-    from simulators.figures import check_names, make_task
+    from simulators.lab.figures import check_names, make_task
 
     given = [k for k in FLAG_KEYS if getattr(a, k) is not None]
     ways = [w for w, on in (("--from", a.figures), ("--records", a.records), ("the figure flags", given)) if on]

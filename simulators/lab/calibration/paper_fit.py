@@ -9,8 +9,8 @@ for all tasks by least squares in log SpS token/s; draft_overhead="shared": one 
 schedule, as the official SpS baseline uses (starts at 5, +2 after a fully accepted draft, else -1); sps="tuned", the
 fixed gamma per task that maximises simulated SpS token/s. (2), (3) and the draft overhead are solved on an exact
 fast replay of greedy SpS on the surrogate's agreement trace (`sps_plan`), checked against the loop (`run`).
-Figures not given (`Task.inferred`; simulators/figures.py): vanilla token/s, from a speedup alone, is the roofline at
-the hardware profile's estimated target overhead (`estimated_overheads`); an SpS block efficiency is inferred as the
+Figures not given (`Task.inferred`; simulators/lab/figures.py): vanilla token/s, from a speedup alone, is the roofline
+at the hardware profile's estimated target overhead (`estimated_overheads`); an SpS block efficiency is inferred as the
 agreement whose replayed SpS token/s at the fitted overheads equals the given one (`infer_agreement`), the draft
 overhead then set by the tasks with a given eta (least squares, as above), else by the setting's mean accepted tokens
 (`fit_to_mean`: the inferred etas pool to it), else at the hardware profile's estimated draft / target ratio; each
@@ -29,10 +29,10 @@ from typing import Any
 from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
 from ouroboros.strategies import build_proposer, get_spec
+from simulators.architectures import load_conf
 from simulators.cost_model import CostModel
-from simulators.figures import YI_FIGURES, Task, load_tasks
+from simulators.lab.figures import YI_FIGURES, Task, load_tasks
 from simulators.pair import make_pair
-from simulators.profiles import load_conf
 
 METHODS = ("vanilla", "speculative", "lookahead", "ouroboros")
 DRAFT_OVERHEADS = ("scaled", "shared")   # the draft's per-forward overhead: r x the task's target one, or one for all
@@ -65,8 +65,8 @@ def task_pair(task: Task, a: float, seed: int):
 def estimated_overheads(task: Task) -> tuple[float, float]:
     """The hardware profile's ESTIMATED per-forward overheads (s) of the pair's target and draft (forward + layers x
     layer overhead, what `base_hardware` removes): the target's stands in for a vanilla token/s not given."""
+    from simulators.architectures import PairProfile
     from simulators.hardware import Hardware
-    from simulators.profiles import PairProfile
 
     hw = Hardware.from_dict(load_conf("hardware", task.hardware))
     prof = PairProfile.from_model_cfg(load_conf("model", task.model))
@@ -76,8 +76,8 @@ def estimated_overheads(task: Task) -> tuple[float, float]:
 
 # `--text decisions`: the surrogate TARGET's text knobs (how the task's text and a real LM continuing it behave:
 # copying, runner-up choices, locality) come from the decision profiles fitted to the real Qwen2.5-Coder pair's
-# recorded greedy runs on a task of the same kind (simulators/decisions.py); the DRAFT's agreement is still fitted to
-# the Yi pair's own SpS figures. No published figure enters these knobs.
+# recorded greedy runs on a task of the same kind (simulators/lab/decisions/stats.py); the DRAFT's agreement is still
+# fitted to the Yi pair's own SpS figures. No published figure enters these knobs.
 TEXT_KNOBS = ("corpus", "induction", "induction_decay", "surprise_copy", "p_copy", "p_top", "pos_grain", "choice_ctx",
               "local_frac", "local_ctx", "local_novel", "forgive", "forgive_run", "vocab", "pieces")
 CODE_CORPORA = ("code", "pycode")   # the corpora a code task may run on (pycode: stdlib packages, not REST's modules)

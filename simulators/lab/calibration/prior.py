@@ -13,8 +13,8 @@ from typing import Any
 
 from ouroboros.errors import OuroborosError
 from ouroboros.paths import default_cache_dir
-from simulators.calibration.decisions import FIT_GRID, coordinate_search, fit_error, fit_real_stats, task_corpus
-from simulators.decisions import SIM_SEEDS, RealRun, compare, id_mapper, load_real, score
+from simulators.lab.decisions.fit import FIT_GRID, coordinate_search, fit_error, fit_real_stats, task_corpus
+from simulators.lab.decisions.stats import SIM_SEEDS, RealRun, compare, id_mapper, load_real, score
 
 # The text prior (`fit_prior`): the surrogate TARGET's knobs that describe how a real LM's greedy text behaves
 # (copying, runner-up choices, locality), shared by every task, for the pairs no real run was recorded for (their

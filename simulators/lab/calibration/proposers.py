@@ -34,10 +34,10 @@ import yaml
 
 from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
-from simulators.calibration.measured import repo_relative
+from simulators.architectures import check_name, conf_root, load_conf
 from simulators.hardware import Hardware
 from simulators.host import FIT, SECTION, ProposerCost
-from simulators.profiles import check_name, conf_root, load_conf
+from simulators.lab.calibration.measured import repo_relative
 from simulators.sim_profiles import git_commit
 
 BINS = ((0, 0), (1, 4), (5, 16), (17, 64), (65, None))   # draft sizes the report compares measured and fitted by

@@ -47,9 +47,9 @@ from ouroboros.harness import Job, StrategyRun, StrategyRunner, run_interleaved
 from ouroboros.metrics import PromptResult
 from ouroboros.paths import check_out_dir
 from ouroboros.strategies import build_proposer, get_spec
+from simulators.architectures import load_conf
 from simulators.host import HostCharging
 from simulators.pair import make_pair
-from simulators.profiles import load_conf
 from simulators.replay import (
     ISOLATED,
     WARMUP_TOKENS,
@@ -352,7 +352,7 @@ class StepClock:
 
 def records_clock(paths: list[str], sim_model: str, hardware: str) -> list[StepClock]:
     """`--records`: each real point's recorded forwards priced by `hardware`'s cost models for `sim_model`'s pair."""
-    from simulators.calibration.cost import recorded_steps
+    from simulators.lab.calibration.cost import recorded_steps
     from simulators.pair import pair_setup
 
     _, _, _, costs = pair_setup(load_conf("model", sim_model), load_conf("hardware", hardware))

@@ -1,7 +1,7 @@
 """The simulator's checks against published figures and closed forms, as tables (`python -m simulators check ...`).
 
 paper: Yi-34B / Yi-6B on 2x A800 (the Ouroboros paper's setting), calibrated on the published vanilla and
-  speculative (SpS) figures only (simulators/calibration/paper_fit.py); lookahead and Ouroboros token/s and block
+  speculative (SpS) figures only (simulators/lab/calibration/paper_fit.py); lookahead and Ouroboros token/s and block
   efficiency are then predicted and printed against the published figures, with relative errors and whether the
   methods' speed ordering is right. Lookahead runs with the task's W = G and N (flagged: the paper does not list its
   lookahead settings). --text decisions takes the surrogate target's text knobs from the real Qwen2.5-Coder pair's
@@ -10,7 +10,7 @@ sensitivity: the paper's GSM8K 3x3x3 grid (gamma x W x beta) on the `paper` cali
   std of Ouroboros token/s vs the published ones (held out, like every Ouroboros figure).
 closed-form: speculative on the i.i.d. surrogate vs E(gamma, alpha) = (1 - alpha^(gamma+1)) / (1 - alpha).
 copy-rate: how often real continuations repeat what followed their last two tokens earlier, vs the surrogate
-  target, and the surrogate `p_copy` that matches (simulators/copyrate.py).
+  target, and the surrogate `p_copy` that matches (simulators/lab/copyrate.py).
 
 Knows nothing of real models; writes nothing.
 """
@@ -21,7 +21,8 @@ from dataclasses import replace
 from typing import Any
 
 from ouroboros.errors import OuroborosError
-from simulators.calibration.paper_fit import (
+from simulators.hardware import ROOFLINE_P_MAX
+from simulators.lab.calibration.paper_fit import (
     DRAFT_OVERHEADS,
     METHODS,
     TASKS,
@@ -33,7 +34,6 @@ from simulators.calibration.paper_fit import (
     run,
     text_knobs,
 )
-from simulators.hardware import ROOFLINE_P_MAX
 
 
 def err(pred: float, pub: float | None) -> str:
@@ -144,7 +144,7 @@ def ordering_ok(pred: dict[str, float], pub: dict[str, float | None]) -> bool:
 
 
 def closed_form(new_tokens: int, out=print) -> None:
-    from simulators.closed_form import simulated_block_efficiency
+    from simulators.lab.closed_form import simulated_block_efficiency
 
     out(f"{'alpha':>6}{'gamma':>6}{'simulated':>11}{'E(g,a)':>9}{'error':>9}{'stderr':>9}{'forwards':>10}")
     for alpha, gamma in ((0.5, 2), (0.6, 3), (0.7, 4), (0.8, 5), (0.9, 8), (0.95, 12)):
@@ -226,7 +226,7 @@ def copy_rate_args(ap) -> None:
 
 
 def copy_rate_main(a) -> int:
-    from simulators.copyrate import report
+    from simulators.lab.copyrate import report
 
     positive("--window", a.window, 3)
     if a.records is not None:
@@ -244,9 +244,9 @@ def copy_rate_main(a) -> int:
 
 
 def copy_rate_records(a) -> int:
-    """`check copy-rate --records`: one table per group of prompts (simulators/copyrate.py records_report)."""
-    from simulators.copyrate import records_report
-    from simulators.profiles import load_conf
+    """`check copy-rate --records`: one table per group of prompts (simulators/lab/copyrate.py records_report)."""
+    from simulators.architectures import load_conf
+    from simulators.lab.copyrate import records_report
     from simulators.sim_profiles import check_profile_name, load_profile
 
     if a.source:
@@ -284,7 +284,7 @@ def parse_p_copy(spec: str) -> dict[str, float] | None:
     if spec == "sim":
         return None
     if spec == "fit":
-        from simulators.copyrate import fit_sources
+        from simulators.lab.copyrate import fit_sources
 
         return fit_sources()
     try:

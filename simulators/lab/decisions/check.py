@@ -1,6 +1,6 @@
 """`python -m simulators check decisions`: real vs simulated decision statistics on held-out prompts.
 
-The recorded runs' odd prompts (the fit used the even ones; simulators/decisions.py), under a sim profile or the
+The recorded runs' odd prompts (the fit used the even ones; lab/decisions/stats.py), under a sim profile or the
 defaults: the table of eta, c, #Match and hit rates side by side, how many cells are within target, and the
 prompt-sampling reference (the fit prompts' own real statistics as the prediction). Writes nothing.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from ouroboros.errors import OuroborosError
 from ouroboros.paths import default_cache_dir
-from simulators.decisions import (
+from simulators.lab.decisions.stats import (
     RealRun,
     compare,
     floor_lines,
@@ -58,7 +58,7 @@ def main(a) -> int:
     a.sim = pick_profile(a.model, a.dataset, a.sim, formats[0] if formats else None)
     routes = None
     if getattr(a, "by_category", False):
-        from simulators.profiles import load_conf
+        from simulators.architectures import load_conf
         from simulators.trust import category_profiles
 
         routes = category_profiles(load_conf("model", a.model), {"kind": a.dataset})
@@ -76,7 +76,7 @@ def check_args(a) -> None:
     import os
 
     from ouroboros.datasets import RECORD_LOADERS
-    from simulators.profiles import check_name, load_conf
+    from simulators.architectures import check_name, load_conf
     from simulators.sim_profiles import check_profile_name
 
     load_conf("model", check_name(a.model, "--model"))
@@ -102,7 +102,7 @@ def pick_profile(model: str, dataset: str, sim: str | None, prompt_format: dict[
     none for that task (the prior decides)."""
     if sim:
         return sim
-    from simulators.profiles import load_conf
+    from simulators.architectures import load_conf
     from simulators.trust import default_profile
 
     picked = default_profile(load_conf("model", model), {"kind": dataset, **(prompt_format or {})})

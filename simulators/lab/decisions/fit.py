@@ -1,6 +1,6 @@
 """`python -m simulators calibrate decisions`: a sim profile fitted to a real pair's recorded decisions.
 
-Coordinate search (`fit_profile`) on the fit prompts (even positions; simulators/decisions.py) over the draft's
+Coordinate search (`fit_profile`) on the fit prompts (even positions; lab/decisions/stats.py) over the draft's
 agreement knobs (alpha_easy, alpha_hard, hard_frac, burst_len), the target's copying (p_copy), top-continuation rate
 (p_top), the locality of its choices (pos_grain, choice_ctx) and of its confident continuations (local_frac,
 local_ctx), against every run's eta, c, #Match and hit rates (and speculative's per-position acceptance) at once;
@@ -14,7 +14,8 @@ import itertools
 from typing import Any
 
 from ouroboros.errors import OuroborosError
-from simulators.decisions import (
+from simulators.architectures import load_conf
+from simulators.lab.decisions.stats import (
     SIM_SEEDS,
     RealRun,
     id_mapper,
@@ -25,7 +26,6 @@ from simulators.decisions import (
     stats,
     unrecorded_notes,
 )
-from simulators.profiles import load_conf
 
 FIT_KEYS = ("eta", "c", "match")  # + every hit rate, + speculative's per-position acceptance
 FIT_GRID = (                      # SimConfig fields and the values tried (tests/test_sim_config.py checks them)
@@ -209,7 +209,7 @@ def main(a) -> int:
     from pathlib import Path
 
     from ouroboros.paths import check_out_dir
-    from simulators.profiles import check_name, conf_root
+    from simulators.architectures import check_name, conf_root
     from simulators.sim_profiles import check_profile_name, git_commit, load_profile, write_profile
 
     check_name(a.model, "--model")
@@ -275,7 +275,7 @@ def main(a) -> int:
                              "kept in the cache directory, not in git)" if a.dir else
                              "the per-step records of a real greedy sweep of the pair (`python -m ouroboros.sweep "
                              "... backend=hf`; the records file is not in git)") + "; no published figure is used",
-           "method": "simulators.calibration.decisions.fit_profile: coordinate search of "
+           "method": "simulators.lab.decisions.fit.fit_profile: coordinate search of "
                      + (', '.join(knobs) if knobs else "the knobs above") + f" ({a.rounds} "
                      f"round{'s' * (a.rounds > 1)}"
                      f"{', from ' + a.start if a.start else ''}"

@@ -10,8 +10,8 @@
 3. Per strategy: eta (block efficiency), c (draft tokens per draft forward), A (accepted length), #Match per
    target forward, pool / datastore hit rate by source, acceptance per draft position; side by side with the
    relative error (`compare`, `table`, `score`). Prompts are split by position: even ones fit
-   (`python -m simulators calibrate decisions`: simulators/calibration/decisions.py), odd ones evaluate
-   (`python -m simulators check decisions`: simulators/checks/decisions.py).
+   (`python -m simulators calibrate decisions`: simulators/lab/decisions/fit.py), odd ones evaluate
+   (`python -m simulators check decisions`: simulators/lab/decisions/check.py).
 
     python -m simulators check clock --strategies vanilla,speculative:gamma=4,pld --ids HumanEval/0,... \\
         --max-new-tokens 64 --dtype bfloat16 --threads 1 --hardware h100 --dir ~/.cache/ouroboros/decisions/he/a
@@ -34,8 +34,8 @@ from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
 from ouroboros.metrics import PromptResult, RunResult, pool_rates
 from ouroboros.strategies import build_proposer, get_spec
+from simulators.architectures import load_conf
 from simulators.pair import make_pair, sim_options, specials_eos
-from simulators.profiles import load_conf
 from simulators.replay import WARMUP_TOKENS, load_trace, replays_warmup, trace_name, trace_prompts, warm_up
 from simulators.surrogate import LOOP_PERIOD, extends_loop
 
