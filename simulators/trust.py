@@ -373,7 +373,7 @@ def widened(band: dict[str, Any], task: str | None, strategy: str, prompts: int 
         return band
     return {**band, **wider, "prompt_floor": {"task": task, "prompts": prompts,
                                               "k": {m: floor[m][0] for m in wider},
-                                              "measured_band": {m: band[m] for m in wider}}}
+                                              "measured_band": {m: band.get(m) for m in wider}}}
 
 
 def runs_draft(strategy: str) -> bool:
@@ -392,14 +392,18 @@ def inferred_widened(band: dict[str, Any], fit: dict[str, Any], strategy: str) -
     within 0.1 of it where one is 3x the other). s is eta's own spread; a draft strategy's speedup moves less (a
     higher eta comes with a dearer draft, the SpS token/s fitted), so it bounds its speedup's too. Strategies that
     do not run the draft, and vanilla, keep their band: the target's side was fitted to given figures. An unmeasured
-    metric stays unmeasured; `inferred_eta` says what was widened and from what."""
+    metric stays unmeasured, except SpS's own eta: the fit reproduces a given SpS eta, so no held-out error was
+    measured for it, but an inferred one is uncertain by s itself. `inferred_eta` says what was widened and from
+    what."""
     s = fit.get("inferred_eta_spread")
     if not s or not runs_draft(strategy):
         return band
-    wider = {m: round(math.hypot(float(band[m]), float(s)), 4) for m in BAND_METRICS if band.get(m) is not None}
+    base = {**band, "block_efficiency": 0.0} if strategy == "speculative" and band.get("block_efficiency") is None \
+        else band
+    wider = {m: round(math.hypot(float(base[m]), float(s)), 4) for m in BAND_METRICS if base.get(m) is not None}
     if not wider:
         return band
-    return {**band, **wider, "inferred_eta": {"spread": float(s), "measured_band": {m: band[m] for m in wider}}}
+    return {**band, **wider, "inferred_eta": {"spread": float(s), "measured_band": {m: band.get(m) for m in wider}}}
 
 
 def run_task(sim: dict[str, Any], dataset: dict[str, Any]) -> str | None:
