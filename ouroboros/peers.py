@@ -1,6 +1,8 @@
-"""Peer baselines: transformers' own `generate` run on the same prompts, in the same process, returning the same
-`RunResult` / `PromptResult` records as `ouroboros.harness.run_strategy` (same warm-up policy: one short
-decode on the first prompt still to decode, before any clock reading).
+"""Peer baselines: transformers' own `generate` run on the same prompts, in the same process, and vLLM's engine run
+in a worker process of its own (ouroboros/vllm/: `vllm_greedy`, `vllm_ngram`, `vllm_draft`, `vllm_suffix`),
+returning the same `RunResult` / `PromptResult` records as `ouroboros.harness.run_strategy` (same warm-up policy:
+one short decode on the first prompt still to decode, before any clock reading). `PeerRunner` runs either; which
+one is the peer's `engine` (ouroboros/peer_configs.py).
 
 Peers (name -> what `generate` is called with; every peer decodes greedily, no repetition penalty):
 - `hf_greedy`:   plain greedy `generate`.
@@ -17,6 +19,8 @@ is new tokens - 1 per step (the bonus/correction token). `n_match` is not observ
 and is recorded as the accepted count (a lower bound). Time split (draft/verify) is not observable either:
 the whole step counts as verify_s. HF's first forward (whole prompt + the first drafts) is step 1 and its
 time is also reported as prefill_s.
+
+The vLLM peers' records, timing and pairing: ouroboros/vllm/client.py.
 
 Knows nothing of our strategies or the decode loop.
 """
@@ -37,6 +41,7 @@ from ouroboros.metrics import PromptResult, RunResult, StepRecord
 from ouroboros.peer_configs import PEERS
 from ouroboros.sampling import SamplingConfig, stream_seed
 from ouroboros.strategies import make_config
+from ouroboros.vllm.client import VLLMPeer, model_dir
 
 
 def check_peer(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -172,10 +177,30 @@ def check_peer_models(name: str, draft, eos_ids: Sequence[int]) -> None:
         raise OuroborosError(f"peer {name!r} needs the model's EOS ids (generate would fall back to its own)")
     if PEERS[name].needs_draft_model and draft is None:
         raise OuroborosError(f"peer {name!r} needs a draft model (set model.draft)")
+    if PEERS[name].engine == "vllm" and PEERS[name].needs_draft_model:
+        model_dir(draft, "draft")   # vLLM loads it from its folder
+
+
+class GenerateEngine:
+    """transformers' `generate` on our loaded models, in this process (`generate_one`)."""
+
+    def __init__(self, name: str, params: dict[str, Any], target, draft, eos_ids: Sequence[int],
+                 sampling: SamplingConfig | None):
+        self.name, self.params, self.target, self.draft = name, params, target, draft
+        self.eos_ids, self.sampling = tuple(eos_ids), sampling
+
+    def warm_up(self, prompt: Sequence[int], budget: int) -> None:
+        self.decode(prompt, budget, "warmup")
+
+    def decode(self, prompt: Sequence[int], budget: int, prompt_id: str) -> PromptResult:
+        return generate_one(self.name, self.params, self.target, self.draft, prompt, budget, self.eos_ids,
+                            prompt_id, self.sampling)
 
 
 class PeerRunner:
-    """One peer as a `ouroboros.harness.PromptRunner` (stock models, not backends): same records, same warm-up."""
+    """One peer as a `ouroboros.harness.PromptRunner` (stock models, not backends): same records, same warm-up. Its
+    engine is transformers' `generate` here, or vLLM's in its worker process (checked here, started at the warm-up,
+    kept until the runner is dropped)."""
 
     def __init__(self, name: str, params: dict[str, Any] | None, target, draft, eos_ids: Sequence[int] = (),
                  label: str | None = None, sampling: SamplingConfig | None = None):
@@ -183,14 +208,16 @@ class PeerRunner:
         check_peer_models(name, draft, eos_ids)
         self.target, self.draft, self.eos_ids = target, draft, tuple(eos_ids)
         self.label, self.sampling = label or name, sampling
+        self.engine: GenerateEngine | VLLMPeer = (
+            VLLMPeer(name, make_config(name, self.params), target, draft if PEERS[name].needs_draft_model else None,
+                     eos_ids, sampling, torch.get_num_threads())
+            if PEERS[name].engine == "vllm" else GenerateEngine(name, self.params, target, draft, eos_ids, sampling))
 
     def warm_up(self, prompt: Sequence[int], budget: int) -> None:
-        generate_one(self.name, self.params, self.target, self.draft, prompt, min(WARMUP_TOKENS, budget),
-                     self.eos_ids, "warmup", self.sampling)
+        self.engine.warm_up(prompt, min(WARMUP_TOKENS, budget))
 
     def __call__(self, prompt: Sequence[int], budget: int, prompt_id: str) -> PromptResult:
-        return generate_one(self.name, self.params, self.target, self.draft, prompt, budget, self.eos_ids,
-                            prompt_id, self.sampling)
+        return self.engine.decode(prompt, budget, prompt_id)
 
 
 def run_peer(name: str, params: dict[str, Any] | None, target, draft, prompts: Sequence[Sequence[int]],

@@ -45,7 +45,7 @@ from ouroboros.interrupts import counted, interrupts_deferred
 from ouroboros.point import Point, label_of
 from ouroboros.record import Record
 from ouroboros.sinks import load_records, summary_line
-from ouroboros.strategies import REGISTRY, NeedsDatastore, field_types
+from ouroboros.strategies import REGISTRY, NeedsDatastore, field_types, is_peer
 from ouroboros.table import format_table
 
 GROUPS = ("model", "strategy", "dataset", "backend", "hardware", "logger", "sweep")
@@ -112,7 +112,7 @@ def merge_overrides(base: Iterable[str], point: list[str], choices: dict[str, An
     keys = {override_key(o) for o in point}
     reselected = {k for k, v in groups.items() if v != choices.get(k)}
     name = strategy_option_name(groups["strategy"]) if "strategy" in reselected else None
-    fields = set(field_types(name)) if name in REGISTRY else set()
+    fields = set(field_types(name)) if name in REGISTRY or (name is not None and is_peer(name)) else set()
     kept, replaced = [], []
     for o in base:
         k = override_key(o)

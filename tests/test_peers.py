@@ -222,4 +222,4 @@ def test_real_compare_sweep_with_peers_and_analysis(tmp_path):
     assert res.code == 0, res.err
     assert "hf_assisted" in (tmp_path / "an" / "table.md").read_text()
     res = run_module("ouroboros.run", "model=llama70b_7b", "strategy=hf_pld", f"out={out}", tmp=tmp_path)
-    assert res.code == 2 and res.err.startswith("error: strategy 'hf_pld' is transformers' own generate")
+    assert res.code == 2 and res.err.startswith("error: strategy 'hf_pld' is a peer")

@@ -116,3 +116,13 @@ def test_analysis_table_names_budget_and_hardware(tmp_path):
     assert res.code == 0, res.err[-2000:]
     rows = table_rows(load_records(out))
     assert [(r["hardware"], r["max_new_tokens"]) for r in rows] == [("h100 tensor x2", "8")] * 2
+
+
+def test_a_typed_peer_param_stays_on_a_peer_point():
+    """A sweep point that picks a peer keeps the command line's params of that peer (as it does a strategy's)."""
+    from ouroboros.sweep import merge_overrides
+
+    kept, replaced = merge_overrides(["strategy.params.num_assistant_tokens=3", "strategy.params.gamma=4"],
+                                     ["strategy=hf_assisted"], {"strategy": "speculative"})
+    assert "strategy.params.num_assistant_tokens=3" in kept and "strategy.params.gamma=4" not in kept
+    assert replaced == []

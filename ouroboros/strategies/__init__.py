@@ -258,9 +258,11 @@ def carries_state(name: str, params: dict[str, Any] | None) -> bool:
     keep_history, suffix's global tree (max_cached_requests > 0), speculative's hf draft-length schedule. A point of
     such a strategy cannot resume at prompt granularity (the executor measures it again whole). The rest start every
     prompt afresh: pld, cascade, vanilla, lookahead (its pool is cleared per prompt), rest (a static datastore) and
-    the peers (each `generate` call on its own; hf_assisted's schedule is set on a copy for the call)."""
+    the peers (each `generate` call on its own; hf_assisted's schedule is set on a copy for the call), except a vLLM
+    peer whose engine keeps earlier outputs (vllm_suffix's global tree: its config's `carries_state`)."""
     if is_peer(name):
-        return False
+        cfg = make_config(name, params)
+        return bool(cfg.carries_state()) if hasattr(cfg, "carries_state") else False
     p = {**default_params(name), **(params or {})}
     state = {"ouroboros": bool(p.get("history")), "recycling": bool(p.get("keep_history")),
              "suffix": bool(p.get("suffix_decoding_max_cached_requests")), "speculative": p.get("schedule") == "hf"}

@@ -49,6 +49,7 @@ import yaml
 
 from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
+from ouroboros.strategies import is_peer
 from simulators.architectures import conf_root
 
 LEVEL = 0.8   # the quantile reported, as the bands' central 80%
@@ -101,8 +102,8 @@ def prompt_rows(paths: list[str], model: str, dataset: str | None) -> tuple[dict
     strategies: dict[str, str] = {}
     names: dict[tuple[str, str], str] = {}
     for i, path in enumerate(paths):
-        chosen = real_points(path, model, dataset, lambda r: not r["strategy"].startswith("hf_"),
-                             "of a decoding strategy", " (hf_* peers do not count)")
+        chosen = real_points(path, model, dataset, lambda r: not is_peer(r["strategy"]),
+                             "of a decoding strategy", " (peers do not count)")
         latest = {rec["point_id"]: rec for rec in chosen}
         for pid, rec in latest.items():
             ident = (rec["label"], json.dumps([rec["strategy"], rec.get("params") or {}], sort_keys=True))

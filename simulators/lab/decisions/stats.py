@@ -33,7 +33,7 @@ from ouroboros.datasets import Prompt
 from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
 from ouroboros.metrics import PromptResult, RunResult, pool_rates
-from ouroboros.strategies import build_proposer, get_spec
+from ouroboros.strategies import build_proposer, get_spec, is_peer
 from simulators.architectures import load_conf
 from simulators.pair import make_pair, sim_options, specials_eos
 from simulators.replay import WARMUP_TOKENS, load_trace, replays_warmup, trace_name, trace_prompts, warm_up
@@ -139,8 +139,8 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
     from ouroboros.sinks import RecordFile
 
     chosen = real_points(path, model, dataset,
-                         lambda r: r["strategy"] != "vanilla" and not r["strategy"].startswith("hf_"),
-                         "of a simulated strategy", " (vanilla and hf_* peers do not count; a sweep still running "
+                         lambda r: r["strategy"] != "vanilla" and not is_peer(r["strategy"]),
+                         "of a simulated strategy", " (vanilla and peers do not count; a sweep still running "
                          "writes a point's record when it finishes)")
     if prompts is None:
         prompts = real_prompts(model, tokenizer_dir)

