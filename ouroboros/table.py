@@ -62,8 +62,19 @@ def settings_lines(records: list[Record]) -> list[str]:
                    + "; python -m simulators calibrate floor)") if floored else ""
         lines.append("±: the central 80% of the errors measured for this source and strategy (the largest where "
                      "fewer than 3)" + (f" ({'; '.join(measured)})" if measured else "") + widened
-                     + "; ?: not measured")
+                     + "; ?: not measured" + "".join(
+                         f"; {', '.join(names)}: {why}" for why, names in _no_band(sims).items()))
     return lines
+
+
+def _no_band(sims: list[Record]) -> dict[str, list[str]]:
+    """why -> the strategies a simulated table shows `?` for with that reason (the decisions' `no_band`)."""
+    out: dict[str, list[str]] = {}
+    for r in sims:
+        why = (r.decisions or {}).get("no_band")
+        if why and r.strategy not in out.setdefault(str(why), []):
+            out[str(why)].append(r.strategy)
+    return out
 
 
 def decisions_text(rec: Record) -> str:
@@ -219,13 +230,44 @@ def baseline_lines(records: list[Record]) -> list[str]:
 
 def peer_ratio_lines(records: list[Record]) -> list[str]:
     """ours / peer tokens per second, for each of our points and each point of the peer doing the same job
-    (vanilla / hf_greedy, speculative / hf_assisted, pld / hf_pld) measured on the same backend and prompts."""
+    (vanilla / hf_greedy | vllm_greedy, speculative / hf_assisted | vllm_draft, pld / hf_pld | vllm_ngram, suffix /
+    vllm_suffix) measured on the same backend and prompts. A vLLM peer is timed by its own worker process: its ratio
+    is shown only where the prompts alternated between the processes (interleaved), with a line saying how it was
+    paired, and vLLM's own acceptance counts."""
     lines = []
     for peer in (r for r in records if r.strategy in PEERS):
+        vllm = PEERS[peer.strategy].engine == "vllm"
+        alternated = peer.config.get("interleave") is not False and peer.serving is None
         for ours in (r for r in records if r.strategy == PEERS[peer.strategy].counterpart):
             if ours.baseline_id != peer.baseline_id:
                 continue   # measured against another baseline (other prompts, models or budget): no ratio
             a, b = ours.totals["tokens_per_s"], peer.totals["tokens_per_s"]
+            if vllm and not alternated:
+                lines.append(f"ours/peer: {ours.label} / {peer.label}: no ratio: vLLM's times come from its worker "
+                             "process, and the prompts did not alternate between the processes (interleave=false)")
+                continue
             lines.append(f"ours/peer: {ours.label} / {peer.label}: {a:.2f} / {b:.2f} tok/s = "
                          f"{a / b if b else float('nan'):.3f}x")
+        if vllm:
+            lines += vllm_lines(peer, alternated)
+    return lines
+
+
+def vllm_lines(peer: Record, alternated: bool) -> list[str]:
+    """How a vLLM peer's times pair with ours, and vLLM's own acceptance counts (its `vllm:spec_decode_*` metrics,
+    summed over the prompts: ouroboros/vllm/client.py)."""
+    how = ("the prompts alternated between the two processes, prompt by prompt, on one machine" if alternated else
+           "the prompts did not alternate (interleave=false): no ratio with our points")
+    lines = [f"paired: {peer.label}: two processes' clocks: vLLM's worker timed each of its requests, this process "
+             f"timed ours; {how}"]
+    st = peer.totals.get("proposer_stats", {})
+    drafts, proposed, accepted = (st.get(f"vllm.{k}") for k in ("num_drafts", "num_draft_tokens",
+                                                                 "num_accepted_tokens"))
+    if drafts:
+        per_pos = [int(st[k]) for k in sorted((k for k in st if k.startswith("vllm.accepted_at_")),
+                                              key=lambda k: int(k.rsplit("_", 1)[1]))]
+        lines.append(f"vLLM acceptance: {peer.label}: {accepted:.0f} of {proposed:.0f} draft tokens accepted "
+                     f"({accepted / proposed if proposed else 0:.1%}) over {drafts:.0f} drafts; mean acceptance "
+                     f"length {1 + accepted / drafts:.2f} (vLLM's: 1 + accepted / drafts); accepted by position "
+                     f"{per_pos}")
     return lines

@@ -136,14 +136,29 @@ def check_name(name: object, what: str) -> str:
     return name
 
 
+USER_CONF = Path("runs") / "conf"   # presets you own, relative to where you run: on Hydra's search path too
+
+
+def conf_file(group: str, name: str) -> Path | None:
+    """conf/<group>/<name>.yaml, else runs/conf/<group>/<name>.yaml (your own presets, e.g. profiles `calibrate
+    measured --out-dir runs/conf/sim` wrote), in the order Hydra's search path (conf/config.yaml) finds them."""
+    for d in (conf_root() / group, USER_CONF / group):
+        if (d / f"{name}.yaml").is_file():
+            return d / f"{name}.yaml"
+    return None
+
+
+def conf_names(group: str) -> list[str]:
+    """Every name conf_file finds in `group`."""
+    return sorted({p.stem for d in (conf_root() / group, USER_CONF / group) for p in d.glob("*.yaml")})
+
+
 def load_conf(group: str, name: str) -> dict[str, Any]:
     """A Hydra group file as a plain dict (for the simulator's own entry points); unknown names -> one line."""
     import yaml
 
-    d = conf_root() / group
-    path = d / f"{name}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in d.glob("*.yaml"))
-        raise OuroborosError(f"unknown {group} profile {name!r}; known: {', '.join(known)}")
+    path = conf_file(group, name)
+    if path is None:
+        raise OuroborosError(f"unknown {group} profile {name!r}; known: {', '.join(conf_names(group))}")
     with open(path, encoding="utf-8") as f:
         return dict(yaml.safe_load(f) or {})

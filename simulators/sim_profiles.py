@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from ouroboros.errors import OuroborosError
-from simulators.architectures import conf_root, load_conf
+from simulators.architectures import conf_file, conf_names, conf_root, load_conf
 from simulators.simconfig import SimConfig, summary
 
 # What each field a profile may set means (written as a comment beside it): its SimConfig doc's first clause.
@@ -72,6 +72,6 @@ def pair_profiles(model: str) -> dict[str, str]:
 
 
 def check_profile_name(name: str) -> None:
-    if not (conf_root() / "sim" / f"{name}.yaml").is_file():
-        known = sorted(p.stem for p in (conf_root() / "sim").glob("*.yaml"))
+    if conf_file("sim", name) is None:
+        known = conf_names("sim")
         raise OuroborosError(f"unknown sim profile {name!r}; known: {', '.join(known)}")

@@ -39,7 +39,7 @@ import yaml
 
 from ouroboros.errors import OuroborosError
 from ouroboros.sources import DEFAULT_MAX_NEW_TOKENS, SPECBENCH_BUDGETS
-from simulators.architectures import conf_root, load_conf
+from simulators.architectures import conf_file, conf_names, conf_root, load_conf
 
 # dataset kind -> task, for datasets that are one task
 DATASET_TASKS = {"humaneval": "humaneval", "mtbench": "mtbench", "mbpp": "mbpp", "gsm8k": "gsm8k"}
@@ -80,9 +80,9 @@ def default_profile(model: dict[str, Any], dataset: dict[str, Any], formats: boo
         return None
     named = (model.get("sim_profiles") or {}).get(task)
     if not named:
-        path = conf_root() / "sim" / f"{pair_name(model)}_{task}.yaml"
-        if path.is_file() and stored_profiles().get(path.stem, {}).get("pair") == pair_name(model):
-            named = path.stem
+        stem = f"{pair_name(model)}_{task}"
+        if stored_profiles().get(stem, {}).get("pair") == pair_name(model):
+            named = stem
     if not named or not formats:   # formats=False: the task's named profile, whatever the prompts' rendering
         return str(named) if named else None
     profs = stored_profiles()
@@ -99,9 +99,9 @@ def default_profile(model: dict[str, Any], dataset: dict[str, Any], formats: boo
 def stored_profiles() -> dict[str, dict[str, Any]]:
     """conf/sim/<name>.yaml as written (name -> its own keys; not composed with the defaults)."""
     out = {}
-    for path in sorted((conf_root() / "sim").glob("*.yaml")):
-        with open(path, encoding="utf-8") as f:
-            out[path.stem] = dict(yaml.safe_load(f) or {})
+    for name in conf_names("sim"):
+        with open(conf_file("sim", name) or "", encoding="utf-8") as f:
+            out[name] = dict(yaml.safe_load(f) or {})
     return out
 
 
@@ -300,7 +300,7 @@ def hardware_words(name: Any) -> str | None:
     name, its device count from the profile)."""
     if not name:
         return None
-    known = (conf_root() / "hardware" / f"{name}.yaml").is_file()
+    known = conf_file("hardware", str(name)) is not None
     devices = load_conf("hardware", str(name)).get("devices") if known else None
     m = re.fullmatch(r"([a-z]+\d+)(?:x\d+)?", str(name))
     chip = m.group(1).upper() if m else str(name)
@@ -385,25 +385,28 @@ def runs_draft(strategy: str) -> bool:
 
 
 def inferred_widened(band: dict[str, Any], fit: dict[str, Any], strategy: str) -> dict[str, Any]:
-    """`band` of a strategy that runs the draft, on a profile whose SpS eta was inferred (fit.inferred_eta_spread s,
-    relative: how far the inferred eta moves over the draft overhead's plausible range): each measured metric's
-    half-width b becomes sqrt(b^2 + s^2). The held-out bands were measured on profiles given their eta, so they hold
-    none of this uncertainty; the two are independent, so they add in quadrature (b + s would be their worst case,
-    within 0.1 of it where one is 3x the other). s is eta's own spread; a draft strategy's speedup moves less (a
-    higher eta comes with a dearer draft, the SpS token/s fitted), so it bounds its speedup's too. Strategies that
-    do not run the draft, and vanilla, keep their band: the target's side was fitted to given figures. An unmeasured
-    metric stays unmeasured, except SpS's own eta: the fit reproduces a given SpS eta, so no held-out error was
-    measured for it, but an inferred one is uncertain by s itself. `inferred_eta` says what was widened and from
-    what."""
-    s = fit.get("inferred_eta_spread")
-    if not s or not runs_draft(strategy):
+    """`band` of a strategy that runs the draft, on a profile whose SpS eta was inferred: each measured metric's
+    half-width b becomes sqrt(b^2 + s^2), s how far that metric of this strategy moved between the fit and the fits
+    the same SpS figures allow at the ends of the draft overhead's plausible range (fit.inferred_spread, measured by
+    `calibrate measured` for SpS, Ouroboros and cascade at their presets); for another strategy that runs the draft,
+    or a profile written before those were measured, s is the inferred eta's own spread (fit.inferred_eta_spread), a
+    bound. The held-out bands were measured on profiles given their figures, so they hold none of this uncertainty;
+    the two are independent, so they add in quadrature. Strategies that do not run the draft, and vanilla, keep their
+    band: the target's side was fitted to given figures. An unmeasured metric stays unmeasured, except SpS's own eta:
+    the fit reproduces a given SpS eta, so no held-out error was measured for it, but an inferred one is uncertain by
+    s itself. `inferred_eta` says what was widened, by how much and from what."""
+    s_eta = fit.get("inferred_eta_spread")
+    if not s_eta or not runs_draft(strategy):
         return band
+    measured = (fit.get("inferred_spread") or {}).get(strategy) or {}
+    spread = {m: float(measured[m]) if measured.get(m) is not None else float(s_eta) for m in BAND_METRICS}
     base = {**band, "block_efficiency": 0.0} if strategy == "speculative" and band.get("block_efficiency") is None \
         else band
-    wider = {m: round(math.hypot(float(base[m]), float(s)), 4) for m in BAND_METRICS if base.get(m) is not None}
+    wider = {m: round(math.hypot(float(base[m]), spread[m]), 4) for m in BAND_METRICS if base.get(m) is not None}
     if not wider:
         return band
-    return {**band, **wider, "inferred_eta": {"spread": float(s), "measured_band": {m: band.get(m) for m in wider}}}
+    return {**band, **wider, "inferred_eta": {"spread": float(s_eta), "measured_band": {m: band.get(m) for m in wider},
+                                              "by": "measured per strategy" if measured else "eta's own spread"}}
 
 
 def run_task(sim: dict[str, Any], dataset: dict[str, Any]) -> str | None:
@@ -435,7 +438,16 @@ def record_decisions(sim: dict[str, Any], strategy: str, dataset: dict[str, Any]
     if band and src["kind"] in ("profile", "prior"):
         band = widened(band, run_task(sim, dataset or {}), strategy, prompts)
     off = off_fit(sim, dataset or {}, hardware, budget) if src["kind"] == "profile" else {}
-    return {**src, "label": source_label(src), "band": band, **({"off_fit": off} if off else {})}
+    why = None if band else no_band_why(src, strategy)
+    return {**src, "label": source_label(src), "band": band, **({"off_fit": off} if off else {}),
+            **({"no_band": why} if why else {})}
+
+
+def no_band_why(source: dict[str, Any], strategy: str) -> str | None:
+    """Why this kind of source has no band for `strategy` (bands.yaml's `not_measured`), None when it does not say."""
+    entry = bands().get(band_key(source)) or {}
+    why = (entry.get("not_measured") or {}).get(strategy)
+    return str(why) if why else None
 
 
 def machine_text(name: Any, devices: Any, placement: Any) -> str:
@@ -476,7 +488,7 @@ def off_fit(sim: dict[str, Any], dataset: dict[str, Any], hardware: dict[str, An
     fit = sim.get("fit") or {}
     out: dict[str, dict[str, Any]] = {}
     if fit.get("hardware") and hardware:
-        known = (conf_root() / "hardware" / f"{fit['hardware']}.yaml").is_file()
+        known = conf_file("hardware", str(fit["hardware"])) is not None
         fitted_hw = load_conf("hardware", str(fit["hardware"])) if known else {}
         there = machine_text(fit["hardware"], fitted_hw.get("devices"), fitted_hw.get("placement"))
         here = machine_text(hardware.get("name"), sim.get("devices") or hardware.get("devices"),

@@ -125,7 +125,9 @@ def test_the_same_sweep_simulated_and_on_real_models_never_shares_a_figure(tmp_p
         texts = " ".join(t.get_text() for ax in fig.axes for t in [*ax.texts, ax.title])
         texts += " ".join(t.get_text() for t in fig.texts)
         assert ("modelled time" in texts) != ("wall" in texts), (name, texts)   # the title names one clock
-        n_bars = sum(len(c) for ax in fig.axes for c in ax.containers)
+        from matplotlib.container import BarContainer
+
+        n_bars = sum(len(c) for ax in fig.axes for c in ax.containers if isinstance(c, BarContainer))
         assert n_bars == len(sim), (name, n_bars)                              # one run's points, not both
     for fig in figs.values():
         close(fig)

@@ -45,7 +45,7 @@ def test_the_main_job_runs_gsm8k_on_the_pairs_profile_and_says_so():
     assert "dataset=synthetic stands for gsm8k" in stand and "default_task" in stand
     assert "488 to 812 tokens" in stand and "256 new tokens each" in stand
     assert "dataset.task=cnndm or wmt16 picks another task" in stand and "dataset.task=none none" in stand
-    assert "profile llama70b_7b_gsm8k picked for gsm8k" in picked and "SpS eta 5.51 inferred" in picked
+    assert "profile llama70b_7b_gsm8k picked for gsm8k" in picked and "SpS eta 6.23 inferred" in picked
     dec = trust.record_decisions(run.sim, "speculative", run.dataset, run.hardware, 8, run.max_new_tokens)
     assert dec["kind"] == "profile" and dec["name"] == "llama70b_7b_gsm8k" and dec["label"] == GSM8K
     assert "off_fit" not in dec                       # GSM8K's task, budget and machine: the fitted setting
@@ -67,12 +67,15 @@ def test_a_simulated_run_records_its_profile_and_stand_in_prompts(tmp_path):
 def test_stand_in_prompts_are_the_ones_calibrate_fitted_on():
     """Same prompts as `calibrate measured` cut for the profile's fit (0.75x to 1.25x the task's prompt_len), with
     the task's budget."""
-    from simulators.lab.calibration.paper_fit import task_pair, task_prompts
+    from dataclasses import replace
+
+    from simulators.lab.calibration.paper_fit import task_pair, task_prompts, text_knobs
     from simulators.lab.figures import load_tasks
 
     run, _ = composed("model=llama70b_7b")
     prompts = make_pair(run.model, run.hardware, run.sim, seed=run.seed).default_prompts(4, run.seed)
     [task] = [t for t in load_tasks(ROOT / "conf/calibration/llama70b_7b_a800x2.yaml")[0] if t.key == "gsm8k"]
+    task = replace(task, text=text_knobs(task, "decisions"))   # calibrate measured's default text
     assert task.prompt_len == run.sim["prompt_len"] == stored("llama70b_7b_gsm8k")["prompt_len"]
     fitted = task_prompts(task_pair(task, 0.9, run.seed), task, 4, run.seed)
     assert [p.ids for p in prompts] == fitted
@@ -129,12 +132,12 @@ def test_an_unknown_task_is_one_line(tmp_path):
 def test_fitted_to_labels_inferred_inputs_and_lists_every_input():
     gsm8k = stored("llama70b_7b_gsm8k")["fit"]
     text = trust.fitted_to(gsm8k)
-    assert text.startswith("the pair's GSM8K vanilla token/s, SpS token/s (schedule=hf); SpS eta 5.51 inferred")
+    assert text.startswith("the pair's GSM8K vanilla token/s, SpS token/s (schedule=hf); SpS eta 6.23 inferred")
     assert f"±{gsm8k['inferred_eta_spread']:.0%}" in text
     cnndm = stored("llama70b_7b_cnndm")["fit"]
     text = trust.fitted_to(cnndm)
     assert text.startswith("the pair's CNN/DM SpS speedup (schedule=hf); vanilla token/s ")
-    assert "vanilla token/s 8.45 inferred (hardware roofline)" in text and "SpS eta 3.63 inferred" in text
+    assert "vanilla token/s 8.45 inferred (hardware roofline)" in text and "SpS eta 3.71 inferred" in text
     assert trust.fit_setting(cnndm) == "SpS speedup, 2x A800, CNN/DM; vanilla token/s and SpS eta inferred"
     mean = {"task": "MT-Bench", "hardware": "a100", "inputs": {"sps_speedup": 1.8, "setting_mean_accepted_tokens": 2.9,
                                                                 "sps": "gamma=4"}}
@@ -144,9 +147,15 @@ def test_fitted_to_labels_inferred_inputs_and_lists_every_input():
 
 
 def test_an_inferred_eta_widens_the_bands_of_strategies_that_run_the_draft():
+    """Each draft strategy's band takes, in quadrature, how far that metric moved across the fits the SpS figures
+    allow (fit.inferred_spread, measured by calibrate measured); SpS's own speedup hardly moves (it is the fitted
+    figure), its eta by the inferred eta's whole spread."""
     prof = {**stored("llama70b_7b_gsm8k"), "tokens": "surrogate"}
     prof.pop("defaults")
     s = prof["fit"]["inferred_eta_spread"]
+    spread = prof["fit"]["inferred_spread"]
+    assert spread["speculative"]["speedup"] < 0.05 and spread["speculative"]["block_efficiency"] == pytest.approx(s,
+                                                                                                                 abs=0.01)
     measured = trust.bands()["profile_measured"]["strategies"]
     ds = {"kind": "synthetic"}
     for name in ("ouroboros", "speculative"):
@@ -155,10 +164,15 @@ def test_an_inferred_eta_widens_the_bands_of_strategies_that_run_the_draft():
             b = measured[name].get(m)
             if b is None and (name, m) == ("speculative", "block_efficiency"):
                 b = 0.0   # SpS's own eta: fitted when given, so unmeasured; inferred, it is uncertain by s itself
-            assert band[m] == (None if b is None else pytest.approx(math.hypot(b, s), abs=1e-4)), (name, m)
+            want = None if b is None else pytest.approx(math.hypot(b, spread[name][m]), abs=1e-4)
+            assert band[m] == want, (name, m)
         widened = {m for m in trust.BAND_METRICS if measured[name].get(m) is not None} | (
             {"block_efficiency"} if name == "speculative" else set())
-        assert band["inferred_eta"] == {"spread": s, "measured_band": {m: measured[name].get(m) for m in widened}}
+        assert band["inferred_eta"] == {"spread": s, "measured_band": {m: measured[name].get(m) for m in widened},
+                                        "by": "measured per strategy"}
+    old = {**prof, "fit": {k: v for k, v in prof["fit"].items() if k != "inferred_spread"}}   # an older profile:
+    band = trust.record_decisions(old, "ouroboros", ds)["band"]                              # eta's spread bounds it
+    assert band["speedup"] == pytest.approx(math.hypot(measured["ouroboros"]["speedup"], s), abs=1e-4)
     for name in ("lookahead", "vanilla"):   # the target's side was fitted to given figures: as measured
         band = trust.record_decisions(prof, name, ds)["band"]
         assert "inferred_eta" not in band and all(band[m] == measured[name].get(m) for m in trust.BAND_METRICS)

@@ -256,8 +256,8 @@ def test_provenance_names_no_machine_path_and_keeps_the_command_whole(tmp_path):
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert fit["inputs_source"].startswith(f"figures.yaml (sha256 {digest}): measured by hand")
     assert str(path.parent) not in yaml.safe_dump({k: v for k, v in fit.items() if k != "command"})
-    assert fit["command"] == (f"python -m simulators calibrate measured --from figures.yaml --prompts 3 --seed 0 "
-                              f"--out-dir {out}")
+    assert fit["command"] == ("python -m simulators calibrate measured --from figures.yaml --prompts 3 --seed 0 "
+                              f"--text decisions --out-dir {out}")
     assert fit["commit"] == git_commit() and (git_commit() or "").endswith("-dirty") == fit["commit"].endswith("-dirty")
     # inside the repository: named from its root
     res = run_module("simulators", "calibrate", "measured", "--from", str(YI_FIGURES), "--prompts", "1", "--out-dir",
@@ -266,7 +266,8 @@ def test_provenance_names_no_machine_path_and_keeps_the_command_whole(tmp_path):
     fit = yaml.safe_load((tmp_path / "yi" / "yi34b_6b_gsm8k.yaml").read_text())["fit"]
     assert fit["inputs_source"].startswith("conf/calibration/yi34b_6b_a800x2.yaml: ")
     assert fit["command"].startswith("python -m simulators calibrate measured --from "
-                                     "conf/calibration/yi34b_6b_a800x2.yaml --prompts 1 --seed 0 --out-dir ")
+                                     "conf/calibration/yi34b_6b_a800x2.yaml --prompts 1 --seed 0 --text decisions "
+                                     "--out-dir ")
 
 
 # ----------------------------------------------------------------------------------------------- the spread's range

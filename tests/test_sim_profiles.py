@@ -28,7 +28,8 @@ def test_profile_composes_and_keeps_every_option_overridable():
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=["model=yi34b_6b", "sim=yi34b_6b_humaneval", "sim.vocab=2048"])
     run = validate(cfg)
-    assert run.sim["pair"] == "yi34b_6b" and run.sim["vocab"] == 2048 and run.sim["corpus"] == "code"
+    assert run.sim["pair"] == "yi34b_6b" and run.sim["vocab"] == 2048
+    assert run.sim["corpus"] == load_profile("yi34b_6b_humaneval")["corpus"]   # the profile's own text
     assert set(run.sim) == set(SimConfig().as_dict())  # the defaults list filled in every other option
 
 

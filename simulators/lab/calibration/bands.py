@@ -1,12 +1,12 @@
 """`python -m simulators calibrate bands`: the error bands every simulated number is shown with.
 
-How far each kind of decision source's numbers are off, measured on figures none of them was fitted to (the
-Yi-34B/6B paper figures), written to conf/calibration/bands.yaml (read by simulators/trust.py):
-- `profile_measured`: leave-one-task-out over the five Yi tasks: the held-out task's profile is calibrated on its own
-  vanilla and SpS figures with the draft-overhead ratio r fitted on the other four; its SpS token/s and its lookahead
-  and Ouroboros token/s, speedup and block efficiency are then predicted;
-- `prior`: the uncalibrated prior (conf/sim/default.yaml, the hardware's estimated overheads) on the same pair and
-  tasks, every published figure predicted;
+How far each kind of decision source's numbers are off, measured on figures none of them was fitted to, written to
+conf/calibration/bands.yaml (read by simulators/trust.py):
+- `profile_measured` and `prior`: across pairs, on the path users run (simulators/lab/calibration/across.py): every
+  figures file under conf/calibration/ with held-out figures (Yi-34B/6B's paper figures, Spec-Bench's four
+  leaderboard settings) is calibrated from its own vanilla + SpS figures and swept with `python -m ouroboros.sweep`
+  on the simulator's own prompts at each task's length; each published figure of another strategy is one cell. The
+  coverage stored is leave-one-setting-out: each setting's cells against the band of the other settings' cells;
 - `profile_recorded` (with --recorded or --records): a decision profile's block efficiency on real runs it was not
   fitted to (recorded traces, or a real sweep's prompts that no deciding profile lists among its fit prompts: the
   odd positions of the sweep it was fitted on, every prompt of a fresh one),
@@ -14,7 +14,7 @@ Yi-34B/6B paper figures), written to conf/calibration/bands.yaml (read by simula
   same prompts on a clock calibrated on the machine that ran it (`calibrate clock --records` on other prompts).
 Per strategy and metric, the band is the 80th percentile of |relative error| over the cells (the central 80% of
 errors, symmetric; with fewer than 3 cells, the largest); the cells, their count and the share inside the band
-(coverage) are stored beside it.
+(coverage) are stored beside it. A strategy a source has no cell for is listed under `not_measured` with the reason.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ import yaml
 from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
 from simulators.architectures import conf_root
-from simulators.lab.calibration.paper_fit import METHODS, Run, calibrate, fit_draft_overhead, method_runs, task_prompts
-from simulators.lab.figures import YI_FIGURES, Task, load_tasks
+from simulators.lab.calibration.across import across_cells, leave_one_out, quantile, settings
 from simulators.trust import BAND_LEVEL
 
 BANDS_PATH = conf_root() / "calibration" / "bands.yaml"
@@ -40,71 +39,6 @@ MIN_QUANTILE_CELLS = 3   # below this many cells a band is the largest |error|, 
 
 def rel(pred: float, pub: float | None) -> float | None:
     return None if not pub else pred / pub - 1
-
-
-def task_cells(t: Task, runs: dict[str, Any], tps: dict[str, float], source: str, fitted: set[tuple[str, str]]
-               ) -> list[dict[str, Any]]:
-    """Relative errors of one task's predictions against its figures, skipping the figures fitted to."""
-    cells = []
-    for m in METHODS:
-        pub = t.pub_tps(m)
-        pub_x = None if pub is None else pub / t.vanilla_tps
-        for metric, pred, ref in (("tokens_per_s", tps[m], pub), ("block_efficiency", runs[m].eta, t.pub_eta(m)),
-                                  ("speedup", tps[m] / tps["vanilla"], pub_x)):
-            if m == "vanilla" and metric != "tokens_per_s" or (m, metric) in fitted:
-                continue
-            e = rel(pred, ref)
-            if e is not None:
-                cells.append({"source": source, "task": t.name, "strategy": m, "metric": metric,
-                              "error": round(e, 4)})
-    return cells
-
-
-def loto_cells(n_prompts: int, seed: int, out=print) -> list[dict[str, Any]]:
-    """profile_measured: each Yi task held out in turn (see the module doc)."""
-    tasks, _ = load_tasks(YI_FIGURES)
-    cal = calibrate(n_prompts, seed, "hf", tasks)
-    cells = []
-    for t in tasks:
-        others = tuple(u for u in tasks if u.name != t.name)
-        r = fit_draft_overhead(cal.plans, cal.over_t, others, scaled=True)
-        ot, od = cal.over_t[t.name], r * cal.over_t[t.name]
-        runs = {"vanilla": cal.vanilla[t.name], **method_runs(t, cal.a[t.name], "hf", n_prompts, seed)}
-        tps = {m: runs[m].tps(ot, od) for m in METHODS}
-        out(f"  profile (vanilla + SpS), {t.name} held out: r = {r:.3f} from the other four")
-        cells += task_cells(t, runs, tps, "profile_measured",
-                            {("speculative", "block_efficiency"), ("vanilla", "tokens_per_s")})
-    return cells
-
-
-def prior_cells(n_prompts: int, seed: int, out=print) -> list[dict[str, Any]]:
-    """prior: conf/sim/default.yaml on the Yi pair and the A800 profile as they are (estimated overheads)."""
-    from ouroboros.decode import decode
-    from ouroboros.strategies import build_proposer, get_spec
-    from simulators.architectures import load_conf
-    from simulators.pair import make_pair
-
-    def on(t: Task, strategy: str, params: dict[str, Any], a: float, n: int, s: int) -> Run:
-        pair = make_pair(load_conf("model", t.model), load_conf("hardware", t.hardware), {}, seed=s)
-        needs = get_spec(strategy).needs_draft_model
-        params = {"gamma": 5, **params} if params.get("schedule") == "hf" else params
-        prop = build_proposer(strategy, params, pair.target, pair.draft if needs else None)
-        new = steps = 0
-        for p in task_prompts(pair, t, n, s):
-            res = decode(pair.target, prop, p, t.max_new, pair.eos_ids)
-            new, steps = new + res.new_tokens, steps + len(res.steps)
-        tb, db = pair.target, pair.draft
-        return Run(new, steps, tb.busy_s, db.busy_s, 0, 0)   # type: ignore[attr-defined]
-
-    tasks, _ = load_tasks(YI_FIGURES)
-    cells = []
-    for t in tasks:
-        runs = {"vanilla": on(t, "vanilla", {}, 0.0, n_prompts, seed), **method_runs(t, 0.0, "hf", n_prompts, seed,
-                                                                                     on=on)}
-        tps = {m: runs[m].tps(0.0, 0.0) for m in METHODS}
-        out(f"  prior, {t.name}: vanilla {tps['vanilla']:.2f} tok/s (published {t.vanilla_tps})")
-        cells += task_cells(t, runs, tps, "prior", set())
-    return cells
 
 
 def profile_spec(spec: str, flag: str, where: str) -> tuple[str, str, str, dict[str, Any], str]:
@@ -300,18 +234,31 @@ def replaced(kept: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict
             or not again.get((c["strategy"], c.get("metric")), set()) & set(c["prompts"])]
 
 
-def quantile(xs: list[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (pos - lo)
+def held_across(files: list[Path], what: str) -> str:
+    return (f"leave one setting out over {len(files)} pair x hardware settings (" + ", ".join(p.stem for p in files)
+            + f"): {what}, each predicted by `python -m ouroboros.sweep` on the simulator's own prompts at the task's "
+            "length and budget")
 
 
-def summarise(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """strategy -> {metric: band, cells, coverage, median bias} over the cells of one source."""
+# Why a strategy has no cell for a source measured across published settings: no setting publishes a figure of it
+NOT_PUBLISHED = ("no published setting (Yi-34B/6B's paper, Spec-Bench's leaderboard) gives a figure of it on a pair "
+                 "calibrated from vanilla + SpS figures; its band on the real Qwen pair's recorded profiles is the "
+                 "profile_recorded one")
+
+
+def not_measured(cells: list[dict[str, Any]]) -> dict[str, str]:
+    from ouroboros.strategies import REGISTRY
+
+    have = {c["strategy"] for c in cells}
+    return {m: NOT_PUBLISHED for m in REGISTRY if m not in have and m != "vanilla"}
+
+
+def summarise(cells: list[dict[str, Any]], files: list[Path] | None = None) -> dict[str, dict[str, Any]]:
+    """strategy -> {metric: band, cells, coverage, median bias} over the cells of one source; with `files` (cells
+    measured across settings) also the leave-one-setting-out coverage per metric (`loso_coverage`)."""
     out: dict[str, dict[str, Any]] = {}
-    for m in dict.fromkeys([*METHODS, *(c["strategy"] for c in cells)]):
+    loso = leave_one_out(cells, BAND_LEVEL, MIN_QUANTILE_CELLS) if files else {}
+    for m in dict.fromkeys(["vanilla", *(c["strategy"] for c in cells)]):
         entry: dict[str, Any] = {}
         for metric in ("block_efficiency", "tokens_per_s", "speedup"):
             errs = [c["error"] for c in cells if c["strategy"] == m and c["metric"] == metric]
@@ -327,12 +274,19 @@ def summarise(cells: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             entry.setdefault("cells", {})[metric] = len(errs)
             entry.setdefault("coverage", {})[metric] = round(sum(abs(e) <= b + 1e-12 for e in errs) / len(errs), 3)
             entry.setdefault("bias", {})[metric] = round(statistics.median(errs), 4)
+            if loso.get(m, {}).get(metric, {}).get("coverage") is not None:
+                entry.setdefault("loso_coverage", {})[metric] = loso[m][metric]["coverage"]
         out[m] = entry
     return out
 
 
 def add_args(ap) -> None:
-    ap.add_argument("--prompts", type=int, default=16, help="surrogate prompts per task")
+    ap.add_argument("--prompts", type=int, default=8, help="the simulator's own prompts per task in each sweep "
+                                                             "and in each calibration")
+    ap.add_argument("--settings", default=None, help="comma-separated figures files (conf/calibration/<name>.yaml) "
+                                                     "to measure across (default: every one with held-out figures)")
+    ap.add_argument("--work-dir", default=None, help="keep each setting's profiles and sweep records here (default: "
+                                                     "a temporary folder, removed)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="where the bands go (default conf/calibration/bands.yaml)")
     ap.add_argument("--recorded", action="append", default=[], metavar="TASK=DIR:PROFILE",
@@ -369,14 +323,21 @@ def main(a: Any, out=print) -> int:
     kept = kept_cells(path, *keep) if any(keep) else []   # before any work: a bad path is one line
     check_writable(path, "--out")
     speedups = speedup_cells(a.speedups, out) if getattr(a, "speedups", None) else []   # read and checked first
-    out("measuring the bands on the Yi-34B/6B paper figures (conf/calibration/yi34b_6b_a800x2.yaml):")
-    loto = loto_cells(a.prompts, a.seed, out)
-    prior = prior_cells(a.prompts, a.seed, out)
+    names = [n for n in (getattr(a, "settings", None) or "").split(",") if n] or None
+    files = settings(names)   # before any work: an unknown setting is one line
+    if getattr(a, "work_dir", None):
+        check_writable(Path(a.work_dir) / "x", "--work-dir")
+    out("measuring the bands across " + ", ".join(p.stem for p in files) + " (each calibrated from its own vanilla + "
+        "SpS figures, then swept as a user would):")
+    crossed = across_cells(names, a.prompts, a.seed, out, Path(a.work_dir) if getattr(a, "work_dir", None) else None)
+    measured = [c for c in crossed if c["source"] == "profile_measured"]
+    prior = [c for c in crossed if c["source"] == "prior"]
     recorded = (recorded_cells(a.recorded, out) if a.recorded else []) + \
         (records_cells(a.records, out, getattr(a, "by_category", False)) if a.records else []) + speedups
     kept = replaced(kept, recorded)
     recorded += kept
-    cmd = f"python -m simulators calibrate bands --prompts {a.prompts} --seed {a.seed}" + "".join(
+    cmd = f"python -m simulators calibrate bands --prompts {a.prompts} --seed {a.seed}" + (
+        f" --settings {','.join(names)}" if names else "") + "".join(
         f" --recorded {spec.split('=', 1)[0]}=<recorded runs>:{spec.rpartition(':')[2]}" for spec in a.recorded) + \
         "".join(f" --records {spec.split('=', 1)[0]}=<sweep records>:{spec.rpartition(':')[2]}" for spec in a.records)
     cmd += "".join(f" --speedups {spec.split('=', 1)[0]}=<real sweep records>:<simulated sweeps' records>"
@@ -412,14 +373,17 @@ def main(a: Any, out=print) -> int:
         "level": BAND_LEVEL,
         "profile_measured": {
             "what": "a profile from the pair's own vanilla + SpS figures (calibrate measured)",
-            "held_out": "leave-one-task-out over Yi-34B/6B's five paper tasks",
-            "command": cmd, "commit": git_commit(), "strategies": summarise(loto), "cells": loto},
+            "held_out": held_across(files, "the other strategies' published figures (SpS's own: how far the "
+                                    "sweep reproduces the figure it was fitted to)"),
+            "command": cmd, "commit": git_commit(), "strategies": summarise(measured, files),
+            "not_measured": not_measured(measured), "cells": measured},
         "prior": {
             "what": "the uncalibrated prior (conf/sim/default.yaml, the hardware's estimated overheads)",
-            "held_out": "every Yi-34B/6B paper figure; the decisions are not fitted to any, but the a800x2 profile's "
-                        "per-forward overheads were fitted to these vanilla and SpS token/s, so the token/s bands "
-                        "understate the prior's clock error on an uncalibrated machine",
-            "command": cmd, "commit": git_commit(), "strategies": summarise(prior), "cells": prior},
+            "held_out": held_across(files, "every published figure (the a800x2 profile's per-forward overheads were "
+                                    "fitted to Yi's vanilla and SpS token/s, so its token/s cells understate the "
+                                    "prior's clock error on an uncalibrated machine)"),
+            "command": cmd, "commit": git_commit(), "strategies": summarise(prior, files),
+            "not_measured": not_measured(prior), "cells": prior},
         "profile_recorded": {
             "what": "a profile fitted to the pair's recorded real decisions (calibrate decisions)",
             "held_out": ("real runs of prompts no profile was fitted to (" + "; ".join(held) + "; " + sources
@@ -446,7 +410,7 @@ def main(a: Any, out=print) -> int:
 
 def band_table(doc: dict[str, Any]) -> str:
     lines = [f"{'source':<18}{'strategy':<13}{'eta':>8}{'tok/s':>8}{'speedup':>9}{'cells (eta/tok/s/spd)':>22}"
-             f"{'coverage':>10}"]
+             f"{'coverage':>10}{'loso':>7}"]
     for src in ("profile_measured", "prior", "profile_recorded"):
         for m, e in (doc[src].get("strategies") or {}).items():
             def f(k: str, e: dict[str, Any] = e) -> str:
@@ -454,6 +418,9 @@ def band_table(doc: dict[str, Any]) -> str:
             n = "/".join(str((e.get("cells") or {}).get(k, "-")) for k in ("block_efficiency", "tokens_per_s",
                                                                          "speedup"))
             cov = min((e.get("coverage") or {}).values(), default=None)
+            loso = min((e.get("loso_coverage") or {}).values(), default=None)
             lines.append(f"{src:<18}{m:<13}{f('block_efficiency'):>8}{f('tokens_per_s'):>8}{f('speedup'):>9}{n:>22}"
-                         f"{'-' if cov is None else f'{cov:.0%}':>10}")
+                         f"{'-' if cov is None else f'{cov:.0%}':>10}{'-' if loso is None else f'{loso:.0%}':>7}")
+        for m, why in (doc[src].get("not_measured") or {}).items():
+            lines.append(f"{src:<18}{m:<13}{'?':>8}{'?':>8}{'?':>9}  {why[:60]}...")
     return "\n".join(lines)

@@ -53,13 +53,13 @@ from ouroboros.errors import OuroborosError
 from simulators.architectures import check_name, conf_root, load_conf
 from simulators.lab.calibration.paper_fit import (
     DRAFT_OVERHEADS,
-    TEXT_PROFILES,
     Calibration,
     base_hardware,
     calibrate,
     draft_overhead_grid,
     run,
     text_knobs,
+    text_profile,
 )
 from simulators.lab.figures import YI_FIGURES, Task, load_tasks, records_task, sps_setting
 
@@ -155,9 +155,36 @@ def check_residuals(cal: Calibration, rows: list[dict[str, Any]], tolerance: flo
 
 
 # ----------------------------------------------------------------------------------------------- profiles
+def draft_spread(cal: Calibration, t: Task, n_prompts: int, seed: int) -> dict[str, dict[str, float]]:
+    """Per strategy that runs the draft (SpS at the setting measured; Ouroboros and cascade at their presets,
+    conf/strategy/<name>.yaml), how far its token/s (and so its speedup: vanilla is fitted apart) and its eta move
+    between this fit and the fits at the ends of the draft overhead's plausible range (`cal.alternatives`: each
+    reproduces the same SpS figures): max |alternative / fit - 1|, on the fit's own prompts. What an inferred eta's
+    uncertainty does to each of them, measured, instead of bounded by eta's own spread."""
+    ot, od = cal.over_t[t.name], cal.over_d[t.name]
+    out: dict[str, dict[str, float]] = {}
+    st = cal.setting[t.name]
+    for m in ("speculative", "ouroboros", "cascade"):
+        if m == "speculative":
+            params: dict[str, Any] = {"schedule": "hf"} if st == "hf" else {"gamma": int(st)}
+        else:
+            params = dict(load_conf("strategy", m).get("params") or {})
+        mid = run(t, m, params, cal.a[t.name], n_prompts, seed)
+        tps, eta = [], []
+        for f, a in cal.alternatives.get(t.name, []):
+            alt = run(t, m, params, a, n_prompts, seed)
+            tps.append(abs(alt.tps(ot, f * od) / mid.tps(ot, od) - 1))
+            eta.append(abs(alt.eta / mid.eta - 1))
+        if tps:
+            out[m] = {"speedup": round(max(tps), 4), "tokens_per_s": round(max(tps), 4),
+                      "block_efficiency": round(max(eta), 4)}
+    return out
+
+
 def write_profiles(cal: Calibration, tasks: tuple[Task, ...], source: str, command: str, out_dir: Path | None,
-                   n_prompts: int, seed: int, out=print, rows: list[dict[str, Any]] | None = None) -> list[Path]:
-    """One profile per task from a fitted calibration, with its provenance block."""
+                   n_prompts: int, seed: int, out=print, rows: list[dict[str, Any]] | None = None,
+                   suffix: str = "", spread: bool = True) -> list[Path]:
+    """One profile per task from a fitted calibration, with its provenance block, named <model>_<task><suffix>."""
     from simulators.sim_profiles import git_commit, pair_profiles, write_profile
 
     scaled = (f"draft overhead = {cal.ratio:.3f} x the task's target overhead, the ratio"
@@ -172,7 +199,7 @@ def write_profiles(cal: Calibration, tasks: tuple[Task, ...], source: str, comma
     paths = []
     for t0 in tasks:
         t = by_task.get(t0.name, t0)
-        a, name = cal.a[t.name], f"{t.model}_{t.key}"
+        a, name = cal.a[t.name], f"{t.model}_{t.key}{suffix}"
         fields = {"pair": t.model, "profile": name, "prompt_len": t.prompt_len, "corpus": t.corpus, **dict(t.text),
                   **dict(t.machine),
                   "alpha_easy": round(a, 6), "alpha_hard": round(a**4, 6),
@@ -181,9 +208,11 @@ def write_profiles(cal: Calibration, tasks: tuple[Task, ...], source: str, comma
                                "method_kind": "measured", "hardware": t.hardware, "inputs": t.inputs()}
         if t.name in cal.spread:
             fit["inferred_eta_spread"] = round(cal.spread[t.name], 3)
+            if spread:
+                fit["inferred_spread"] = draft_spread(cal, t, n_prompts, seed)
         fit.update({
             "inputs_source": f"{source}. No lookahead or Ouroboros figure is used.",
-            "text_knobs": (f"{', '.join(k for k, _ in t.text)} from conf/sim/{TEXT_PROFILES[t.name]}.yaml (the real "
+            "text_knobs": (f"{', '.join(k for k, _ in t.text)} from conf/sim/{text_profile(t)}.yaml (the real "
                            "Qwen2.5-Coder pair's recorded decisions, no published figure)" if t.text
                            else "the surrogate's defaults"),
             "method": "simulators.lab.calibration.paper_fit.calibrate: target overhead so vanilla token/s matches "
@@ -213,14 +242,14 @@ def write_profiles(cal: Calibration, tasks: tuple[Task, ...], source: str, comma
 
 def calibrate_measured(tasks: tuple[Task, ...], n_prompts: int, seed: int, source: str, command: str,
                        out_dir: Path | None = None, text: str = "none", draft_overhead: str = "scaled",
-                       out=print, tolerance: float = TOLERANCE) -> list[Path]:
+                       out=print, tolerance: float = TOLERANCE, suffix: str = "", spread: bool = True) -> list[Path]:
     tasks = tuple(replace(t, text=text_knobs(t, text)) for t in tasks)
     cal = calibrate(n_prompts, seed, "hf", tasks, draft_overhead)
     check_draft_overhead(cal, cal.tasks, draft_overhead)
     rows = residuals(cal, n_prompts, seed)
     print_residuals(cal, rows, tolerance, out)
     check_residuals(cal, rows, tolerance)
-    return write_profiles(cal, tasks, source, command, out_dir, n_prompts, seed, out, rows)
+    return write_profiles(cal, tasks, source, command, out_dir, n_prompts, seed, out, rows, suffix, spread)
 
 
 def check_draft_overhead(cal: Calibration, tasks: tuple[Task, ...], draft_overhead: str) -> None:
@@ -256,7 +285,7 @@ def measured_command(what: list[str], n_prompts: int, seed: int, text: str, draf
                      rest: list[str] | None = None) -> str:
     """The command as typed, whole (`rest`: --out-dir, --tolerance, the machine flags)."""
     return " ".join(["python -m simulators calibrate measured", *what, "--prompts", str(n_prompts), "--seed",
-                     str(seed)] + (["--text", text] if text != "none" else [])
+                     str(seed), "--text", text]
                     + (["--draft-overhead", draft_overhead] if draft_overhead != "scaled" else []) + (rest or []))
 
 
@@ -287,8 +316,10 @@ def add_args(ap) -> None:
                     help="hf: transformers' assisted generation schedule (from 5 tokens)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="the budget of the measured runs")
     ap.add_argument("--prompt-len", type=int, default=None, help="typical prompt length (tokens)")
-    ap.add_argument("--text", choices=["none", "decisions"], default="none",
-                    help="the surrogate target's text knobs: the defaults, or the Qwen pair's decision profiles")
+    ap.add_argument("--text", choices=["none", "decisions"], default="decisions",
+                    help="the surrogate target's text knobs: from the real Qwen pair's decision profile of the task "
+                         "(or of its corpus: prose MT-Bench, code HumanEval; the default, as `calibrate bands` "
+                         "measured its bands), or the surrogate's uncalibrated defaults (none)")
     ap.add_argument("--draft-overhead", choices=DRAFT_OVERHEADS, default="scaled")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE,
                     help=f"the largest |fitted / input - 1| a profile is written with (default {TOLERANCE:g})")
@@ -296,6 +327,12 @@ def add_args(ap) -> None:
     ap.add_argument("--placement", choices=PLACEMENTS, default=None,
                     help="how the pair was spread over them (as a run's sim.placement)")
     ap.add_argument("--dtype", choices=list(DTYPE_BYTES), default=None, help="weights' dtype (as a run's sim.dtype)")
+    ap.add_argument("--no-spread", action="store_true",
+                    help="skip measuring how far each draft strategy moves over the fits an inferred eta allows "
+                         "(fit.inferred_spread; without it a run's bands of draft strategies take the eta's own "
+                         "spread, a bound): `calibrate bands` uses none of it")
+    ap.add_argument("--name-suffix", default="", help="profiles are named <model>_<task><suffix> (e.g. _rtx3090 "
+                                                       "beside another machine's profiles of the pair)")
 
 
 FLAG_KEYS = ("vanilla_tok_s", "sps_tok_s", "sps_speedup", "sps_eta", "sps_accepted_length", "sps_gamma",
@@ -393,6 +430,9 @@ def main(a: Any) -> int:
                              f"{a.tolerance:g}")
     if a.devices is not None and a.devices < 1:
         raise OuroborosError(f"--devices must be >= 1, got {a.devices}")
+    suffix = getattr(a, "name_suffix", "") or ""
+    if suffix:
+        check_name(f"x{suffix}", "--name-suffix")
     check_out_dir(a.out_dir or conf_root() / "sim", "--out-dir")   # before any fitting
     tasks, source, words = measured_tasks(a)
     machine = tuple((k, getattr(a, k)) for k in MACHINE_FLAGS if getattr(a, k) is not None)
@@ -400,8 +440,10 @@ def main(a: Any) -> int:
     check_machine(tasks)
     rest = ([f"--{k} {v}" for k, v in machine] + (["--tolerance", f"{a.tolerance:g}"] if a.tolerance != TOLERANCE
                                                   else []) + (["--out-dir", repo_relative(a.out_dir)] if a.out_dir
-                                                              else []))
+                                                              else []) + (["--name-suffix", suffix] if suffix else [])
+            + (["--no-spread"] if getattr(a, "no_spread", False) else []))
     calibrate_measured(tasks, a.prompts, a.seed, source,
                        measured_command(words, a.prompts, a.seed, a.text, a.draft_overhead, rest),
-                       Path(a.out_dir) if a.out_dir else None, a.text, a.draft_overhead, tolerance=a.tolerance)
+                       Path(a.out_dir) if a.out_dir else None, a.text, a.draft_overhead, tolerance=a.tolerance,
+                       suffix=suffix, spread=not getattr(a, "no_spread", False))
     return 0

@@ -83,6 +83,12 @@ TEXT_KNOBS = ("corpus", "induction", "induction_decay", "surprise_copy", "p_copy
 CODE_CORPORA = ("code", "pycode")   # the corpora a code task may run on (pycode: stdlib packages, not REST's modules)
 TEXT_PROFILES = {"HumanEval": "qwen_coder_humaneval", "MBPP": "qwen_coder_humaneval", "GSM8K": "qwen_coder_gsm8k",
                  "CNN/DM": "qwen_coder_mtbench", "WMT16": "qwen_coder_mtbench"}
+TEXT_BY_CORPUS = {"prose": "qwen_coder_mtbench", "code": "qwen_coder_humaneval", "pycode": "qwen_coder_humaneval"}
+# ... a task of another name (Spec-Bench's categories): its corpus' decision profile
+
+
+def text_profile(task: Task) -> str:
+    return TEXT_PROFILES.get(task.name) or TEXT_BY_CORPUS[task.corpus]
 
 
 def text_knobs(task: Task, source: str) -> tuple[tuple[str, Any], ...]:
@@ -95,10 +101,10 @@ def text_knobs(task: Task, source: str) -> tuple[tuple[str, Any], ...]:
         raise OuroborosError(f"--text must be none or decisions, got {source!r}")
     from simulators.sim_profiles import load_profile
 
-    prof = load_profile(TEXT_PROFILES[task.name])
+    prof = load_profile(text_profile(task))
     same_task = str((prof.get("fit") or {}).get("task", "")).lower() == task.name.lower()
     if not same_task and (prof.get("corpus", task.corpus) in CODE_CORPORA) != (task.corpus in CODE_CORPORA):
-        raise OuroborosError(f"{TEXT_PROFILES[task.name]} was fitted on the {prof['corpus']} corpus, "
+        raise OuroborosError(f"{text_profile(task)} was fitted on the {prof['corpus']} corpus, "
                              f"{task.name} runs on {task.corpus}")
     return tuple((k, prof[k]) for k in TEXT_KNOBS if k in prof)
 
@@ -296,6 +302,9 @@ class Calibration:
     spread: dict[str, float] = field(default_factory=dict)  # per task with an inferred eta: its relative uncertainty
     reach: dict[str, tuple[float, float]] = field(default_factory=dict)  # ... its SpS token/s with a draft that never
     #                                                                     agrees and with one that always does
+    alternatives: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # per task with an inferred
+    #                              eta: (draft overhead factor, agreement knob) at each end of RATIO_SPREAD: the fits
+    #                              the SpS figures allow as well
     draft_from: str = "fit"      # how the draft overhead was set: "fit" (least squares in log SpS token/s over the
     #                              tasks with eta and SpS figures), "mean" (the setting's mean accepted tokens) or
     #                              "hardware" (the hardware profile's estimated draft / target overhead)
@@ -367,6 +376,7 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...
         x, draft_from = (est_d / est_t if scaled else est_d), "hardware"
     over_d = {t.name: x * over_t[t.name] if scaled else x for t in tasks}
     spread: dict[str, float] = {}
+    alternatives: dict[str, list[tuple[float, float]]] = {}
     reach: dict[str, tuple[float, float]] = {}
     for i, t in enumerate(tasks):
         if t.name in traces:
@@ -375,14 +385,15 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...
             plans[t.name][t.sps] = infer_agreement(traces[t.name], t.sps, over_t[t.name], over_d[t.name],
                                                    float(t.sps_tps or 0.0))
             eta = plans[t.name][t.sps][1].eta
-            spread[t.name] = max(abs(infer_agreement(traces[t.name], t.sps, over_t[t.name], f * over_d[t.name],
-                                                     float(t.sps_tps or 0.0), 12)[1].eta / eta - 1)
-                                 for f in RATIO_SPREAD)
+            alts = [(f, infer_agreement(traces[t.name], t.sps, over_t[t.name], f * over_d[t.name],
+                                        float(t.sps_tps or 0.0), 12)) for f in RATIO_SPREAD]
+            alternatives[t.name] = [(f, a) for f, (a, _) in alts]
+            spread[t.name] = max(abs(plan.eta / eta - 1) for _, (_, plan) in alts)
             tasks = (*tasks[:i], replace(t, sps_eta=eta, inferred=(*t.inferred, ("sps_block_efficiency",
                      inferred_eta_how(t, draft_from)))), *tasks[i + 1:])
     setting = {t.name: best_setting(plans[t.name], over_t[t.name], over_d[t.name]) for t in tasks}
     return Calibration(sps, over_t, over_d, setting, {k: plans[k][g][0] for k, g in setting.items()}, vanilla, plans,
-                       x if scaled else None, tasks, spread, reach, draft_from)
+                       x if scaled else None, tasks, spread, reach, alternatives, draft_from)
 
 
 def inferred_eta_how(t: Task, draft_from: str) -> str:
