@@ -177,6 +177,30 @@ def test_load_aware_is_lossless_and_stops_drafting_when_compute_bound():
     assert la.best_depth(512, 100) < la.best_depth(1, 100)
 
 
+def test_load_aware_probes_when_its_cap_falls_to_zero():
+    """A cap that fell to 0 (a few early rejections) is probed at depth 1 every explore_every-th step, so good
+    acceptance brings drafting back; a step that drafts nothing would measure nothing."""
+    from ouroboros.batch import LoadAware
+    from ouroboros.contracts import DecodeState
+
+    class Inner:
+        class counters:   # noqa: N801 (the attribute proposers expose)
+            forwards = tokens = 0
+
+        def propose(self, state):
+            from ouroboros.draft import Draft
+
+            return Draft()
+
+    mem = CostModel(weight_s=1.0, flop_s_per_token=0.01)
+    la = LoadAware(Inner(), lambda: 1, mem, CostModel(weight_s=0.5, flop_s_per_token=0.005), prior=0.05)
+    assert la.best_depth(1, 100) == 0       # the estimate says drafting does not pay
+    state = DecodeState(tokens=[1, 2, 3], prompt_len=3, remaining=32, room=100)
+    for _ in range(8):
+        la.propose(state)
+    assert la.chosen == [0, 0, 0, 1, 0, 0, 0, 1]
+
+
 def test_bad_loads_are_one_line_errors():
     with pytest.raises(OuroborosError, match="concurrency must be >= 1"):
         Load(concurrency=0)

@@ -43,8 +43,10 @@ class LoadAware:
     and probe windows), f = draft forwards per unit of depth (1 for SpS; below 1 where the drafter emits several
     tokens per forward, as Ouroboros' does), w = tokens per draft forward. d = 0 is a plain vanilla step. Every
     `explore_every`-th step that drafts at all drafts one deeper than chosen, so the next depth's acceptance stays
-    measured and the cap can grow. One deeper, not uncapped: a batch's draft phase lasts as long as its deepest
-    row's, so one row drafting deep holds up every row (a step with drafting off explores nothing). Lossless by
+    measured and the cap can grow; where the cap is 0 that step drafts one token (a probe: a step that drafts
+    nothing measures nothing, and a cap that fell to 0 on a few early rejections would never come back). One deeper,
+    not uncapped: a batch's draft phase lasts as long as its deepest row's, so one row drafting deep holds up every
+    row. Lossless by
     construction: it only lowers `max_depth()`, which every proposer honours (tests/test_batch.py checks it)."""
 
     inner: Any
@@ -114,10 +116,10 @@ class LoadAware:
 
     def propose(self, state: DecodeState) -> Draft:
         d = self.best_depth(max(self.load(), 1), len(state.tokens))
-        if d:   # drafting pays: every n-th step drafts one deeper (when drafting is off, nothing is explored)
-            self._steps += 1
-            if (self.tick() if self.tick is not None else self._steps) % self.explore_every == 0:
-                d += 1
+        self._steps += 1
+        if (self.tick() if self.tick is not None else self._steps) % self.explore_every == 0:
+            d += 1   # every n-th step one deeper; with drafting off, a depth-1 probe, so a cap that fell to 0 on a
+            #          few early rejections can come back (a step that drafts nothing measures nothing)
         self.chosen.append(d)
         if d < state.max_depth():
             state = replace(state, remaining=d + 1)
