@@ -390,9 +390,10 @@ def inferred_widened(band: dict[str, Any], fit: dict[str, Any], strategy: str) -
     the same SpS figures allow at the ends of the draft overhead's plausible range (fit.inferred_spread, measured by
     `calibrate measured` for SpS, Ouroboros and cascade at their presets); for another strategy that runs the draft,
     or a profile written before those were measured, s is the inferred eta's own spread (fit.inferred_eta_spread), a
-    bound. The held-out bands were measured on profiles given their figures, so they hold none of this uncertainty;
-    the two are independent, so they add in quadrature. Strategies that do not run the draft, and vanilla, keep their
-    band: the target's side was fitted to given figures. An unmeasured metric stays unmeasured, except SpS's own eta:
+    bound. Ouroboros' measured band comes from settings whose SpS eta was given (Yi), so it holds none of this
+    uncertainty; SpS's comes partly from settings with an inferred eta (Spec-Bench), so adding s there errs wide.
+    The two are taken as independent and added in quadrature. Strategies that do not run the draft, and vanilla,
+    keep their band: the target's side was fitted to given figures. An unmeasured metric stays unmeasured, except SpS's own eta:
     the fit reproduces a given SpS eta, so no held-out error was measured for it, but an inferred one is uncertain by
     s itself. `inferred_eta` says what was widened, by how much and from what."""
     s_eta = fit.get("inferred_eta_spread")

@@ -42,11 +42,10 @@ class LoadAware:
     the strategy's own shape, measured as it runs: r = draft nodes per unit of depth (1 for a chain; more for trees
     and probe windows), f = draft forwards per unit of depth (1 for SpS; below 1 where the drafter emits several
     tokens per forward, as Ouroboros' does), w = tokens per draft forward. d = 0 is a plain vanilla step. Every
-    `explore_every`-th step that drafts at all drafts one deeper than chosen, so the next depth's acceptance stays
-    measured and the cap can grow; where the cap is 0 that step drafts one token (a probe: a step that drafts
-    nothing measures nothing, and a cap that fell to 0 on a few early rejections would never come back). One deeper,
-    not uncapped: a batch's draft phase lasts as long as its deepest row's, so one row drafting deep holds up every
-    row. Lossless by
+    `explore_every`-th step drafts one deeper than chosen, so the next depth's acceptance stays measured and the cap
+    can grow; where the cap is 0 that step drafts one token (a probe: a step that drafts nothing measures nothing,
+    and a cap that fell to 0 on a few early rejections would never come back). One deeper, not uncapped: a batch's
+    draft phase lasts as long as its deepest row's, so one row drafting deep holds up every row. Lossless by
     construction: it only lowers `max_depth()`, which every proposer honours (tests/test_batch.py checks it)."""
 
     inner: Any
@@ -57,7 +56,7 @@ class LoadAware:
     decay: float = 0.98                     # the running estimates' memory per observation
     prior: float = 0.7                      # acceptance at depth 1 before any is observed (`prior_weight` steps)
     prior_weight: float = 2.0
-    explore_every: int = 4                  # every n-th batched step, drafting rows draft one deeper than chosen
+    explore_every: int = 4                  # every n-th batched step, every row drafts one deeper than chosen
     tick: Callable[[], int] | None = None   # the batch's step counter (all rows explore on the same steps)
     stats_: DepthStats | None = None        # estimates shared by every slot of a serve (None: this wrapper's own)
     chosen: list[int] = field(default_factory=list)

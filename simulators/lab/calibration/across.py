@@ -119,7 +119,8 @@ def records(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def rel(pred: float | None, pub: float | None) -> float | None:
-    return None if pred is None or not pub else round(pred / pub - 1, 4)
+    """pred / pub - 1 (None without both)."""
+    return None if pred is None or not pub else pred / pub - 1
 
 
 def task_cells(doc: dict[str, Any], key: str, task: dict[str, Any], recs: dict[str, dict[str, Any]], source: str,
@@ -134,7 +135,7 @@ def task_cells(doc: dict[str, Any], key: str, task: dict[str, Any], recs: dict[s
         e = rel(pred, pub)
         if e is not None:
             cells.append({"source": source, "setting": setting, "task": key, "strategy": m, "metric": what,
-                          "error": e, "predicted": round(float(pred or 0), 4), "published": pub, **extra})
+                          "error": round(e, 4), "predicted": round(float(pred or 0), 4), "published": pub, **extra})
 
     if source == "prior" and van and "vanilla" in recs:
         cell("vanilla", "tokens_per_s", recs["vanilla"]["totals"]["tokens_per_s"], van)
@@ -176,7 +177,7 @@ def overall_cells(doc: dict[str, Any], runs: dict[str, dict[str, dict[str, Any]]
             continue
         pred = sum(t["new_tokens"] for t in tot) / sum(t["target_forwards"] for t in tot)
         cells.append({"source": source, "setting": setting, "task": "all tasks", "strategy": m,
-                      "metric": "block_efficiency", "error": rel(pred, pub), "predicted": round(pred, 4),
+                      "metric": "block_efficiency", "error": round(pred / pub - 1, 4), "predicted": round(pred, 4),
                       "published": pub, **({"fitted": True} if m == "speculative" and source == "profile_measured"
                                            else {})})
     return cells

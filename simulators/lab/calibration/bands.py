@@ -29,16 +29,12 @@ import yaml
 from ouroboros.errors import OuroborosError
 from ouroboros.paths import check_writable
 from simulators.architectures import conf_root
-from simulators.lab.calibration.across import across_cells, leave_one_out, quantile, settings
+from simulators.lab.calibration.across import across_cells, leave_one_out, quantile, rel, settings
 from simulators.trust import BAND_LEVEL
 
 BANDS_PATH = conf_root() / "calibration" / "bands.yaml"
 RECORDS_FROM = ("sweep records", "speedup records")   # cells measured from records files (--keep-records keeps them)
 MIN_QUANTILE_CELLS = 3   # below this many cells a band is the largest |error|, not an interpolated 80th percentile
-
-
-def rel(pred: float, pub: float | None) -> float | None:
-    return None if not pub else pred / pub - 1
 
 
 def profile_spec(spec: str, flag: str, where: str) -> tuple[str, str, str, dict[str, Any], str]:
