@@ -393,9 +393,9 @@ def inferred_widened(band: dict[str, Any], fit: dict[str, Any], strategy: str) -
     bound. Ouroboros' measured band comes from settings whose SpS eta was given (Yi), so it holds none of this
     uncertainty; SpS's comes partly from settings with an inferred eta (Spec-Bench), so adding s there errs wide.
     The two are taken as independent and added in quadrature. Strategies that do not run the draft, and vanilla,
-    keep their band: the target's side was fitted to given figures. An unmeasured metric stays unmeasured, except SpS's own eta:
-    the fit reproduces a given SpS eta, so no held-out error was measured for it, but an inferred one is uncertain by
-    s itself. `inferred_eta` says what was widened, by how much and from what."""
+    keep their band: the target's side was fitted to given figures. An unmeasured metric stays unmeasured, except
+    SpS's own eta: the fit reproduces a given SpS eta, so no held-out error was measured for it, but an inferred one
+    is uncertain by s itself. `inferred_eta` says what was widened, by how much and from what."""
     s_eta = fit.get("inferred_eta_spread")
     if not s_eta or not runs_draft(strategy):
         return band
