@@ -21,8 +21,6 @@ library code plain dataclasses and dicts. This module knows nothing of models, d
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -45,7 +43,6 @@ from ouroboros.strategies import (
     get_spec,
     is_peer,
     needs_stand_in,
-    strategy_params,
 )
 
 # conf/config.yaml puts runs/conf (your own presets, e.g. the tuner's) on Hydra's search path; where you run without
@@ -376,30 +373,3 @@ def explicit_notices(run: RunConfig, overrides: list[str]) -> list[str]:
         out.append(f"dataset.max_new_tokens={run.dataset.get('max_new_tokens')} is the budget (the dataset's own "
                    f"key wins over max_new_tokens={run.max_new_tokens})")
     return out + run.kind.notes(run, keys)   # sim: the default hardware, the decisions' source, REST's stand-in
-
-
-def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
-    """What identifies a measurement: everything that can change its numbers (not logger / sweep / out).
-    `strategy` swaps in another strategy at its defaults (the baseline of this point)."""
-    name = strategy or run.strategy.name
-    params = strategy_params(name, None if strategy else run.strategy.params)
-    kind = run.kind
-    backend = {**dataclasses.asdict(run.backend), "kind": kind.name}
-    # skip_too_long only when on, order only when not the source's: points measured before the options existed
-    # keep their ids
-    dataset = {k: v for k, v in run.dataset.items()
-               if not (k == "skip_too_long" and not v) and not (k == "order" and v == "source")}
-    return {"model": run.model, "dataset": dataset, "backend": backend,
-            **{g: getattr(run, g) if g in kind.config_groups else None for g in KIND_GROUPS},
-            "max_new_tokens": run.max_new_tokens, "seed": run.seed, "warmup": run.warmup,
-            "strategy": {"name": name, "params": params},
-            # only when sampling, so greedy points keep the ids of records written before sampling existed
-            **({"sampling": dataclasses.asdict(run.sampling)} if not run.sampling.greedy else {}),
-            # only when serving, so one-at-a-time points keep their ids; load-aware means nothing to vanilla
-            **({"serve": {**dataclasses.asdict(run.serve), "load_aware": run.serve.load_aware and name != "vanilla",
-                          "shared_pool": run.serve.shared_pool and name != "vanilla"}}
-               if run.serve.concurrency else {})}
-
-
-def point_id(key: dict[str, Any]) -> str:
-    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]

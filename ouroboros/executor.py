@@ -33,9 +33,9 @@ from ouroboros.harness import (
 )
 from ouroboros.interrupts import interrupts_deferred
 from ouroboros.metrics import PromptResult, RunResult
-from ouroboros.point import Point, budget_note, make_record, request_id
+from ouroboros.point import Point, make_record, request_id
 from ouroboros.record import Record
-from ouroboros.session import Session, open_session, pair_key, proposer_params, stock_models
+from ouroboros.session import Session, budget_note, budgets, open_session, pair_key, proposer_params, stock_models
 from ouroboros.sinks import RecordFile, WandbMirror, summary_line
 from ouroboros.store import FileStore, RecordStore
 from ouroboros.strategies import (
@@ -105,11 +105,11 @@ class Executor:
                 if not is_peer(name):
                     check_lengths(name, strategy_params(name, p.run.strategy.params), sess.context)
                     self.notes += [n for n in check_loaded(name, params, sess.target) if n not in self.notes]
-                for note in [*sess.notes, budget_note(p, sess, p.budgets(sess))]:
+                for note in [*sess.notes, budget_note(sess, budgets(p.run, sess))]:
                     if note and note not in self.notes:
                         self.notes.append(note)
                 if p.run.serve.concurrency:   # sim: the KV caches fit; hf: the models take batched forwards
-                    p.run.kind.check_serving(p.run, sess, p.budgets(sess))
+                    p.run.kind.check_serving(p.run, sess, budgets(p.run, sess))
         for target, served in hosts.values():   # what the modelled clock charges of the strategies' host time
             note = target.host_note(list(served), [k for k, v in served.items() if v])
             if note not in self.notes:
@@ -178,18 +178,19 @@ class Executor:
         done = self._done(point.id)
         if done is not None:
             return done, False
-        base = None
-        if point.run.baseline and point.run.baseline != point.run.strategy.name:
-            base = self._baseline(point)
+        base = self._baseline(point)
         with self._claim(point.id) as other:
             if other is not None:
                 return other, False
             rec = self._measure(point, base, point.baseline_id if base is not None else None)
         return rec, True
 
-    def _baseline(self, point: Point) -> RunResult:
+    def _baseline(self, point: Point) -> RunResult | None:
+        """The result of `point`'s baseline, measured first where no one has (None: no baseline, or the point is
+        its own)."""
         bid = point.baseline_id
-        assert bid is not None
+        if bid is None or point.run.baseline == point.run.strategy.name:
+            return None
         if bid not in self._results:
             done = self._done(bid)
             if done is None:
@@ -228,11 +229,12 @@ class Executor:
                 continue
             with contextlib.ExitStack() as stack:  # claims in one order: two workers never wait on each other
                 mine = [p for p in sorted(group, key=lambda q: q.id) if stack.enter_context(self._claim(p.id)) is None]
-                mine.sort(key=group.index)
+                order = [q.id for q in group]
+                mine.sort(key=lambda q: order.index(q.id))
                 if len(mine) < 2:
                     continue
                 sess = self.session(mine[0].run)
-                jobs = [Job(self._runner(p, sess), p.budgets(sess), self._finished(p.id), self._keeper(p.id))
+                jobs = [Job(self._runner(p, sess), budgets(p.run, sess), self._finished(p.id), self._keeper(p.id))
                         for p in mine]
                 ids = [q.id for q in sess.prompts]
                 say = self._round_line(ids, jobs) if self.console else None
@@ -288,9 +290,9 @@ class Executor:
         from ouroboros.batch import Load, Request, engine_for, serve, slot_factory
 
         run, sv = point.run, point.run.serve
-        budgets = point.budgets(sess)
+        each = budgets(run, sess)
         n, m = sv.requests or len(sess.prompts), len(sess.prompts)
-        reqs = [Request(list(sess.prompts[i % m].ids), budgets[i % m], request_id(sess.prompts[i % m].id, i // m))
+        reqs = [Request(list(sess.prompts[i % m].ids), each[i % m], request_id(sess.prompts[i % m].id, i // m))
                 for i in range(n)]
         load = Load(sv.concurrency, sv.rate, sv.seed)
         prefill = sv.prefill or ("batched" if run.kind.batched_prefill else "separate")
@@ -308,11 +310,11 @@ class Executor:
 
     def _measure(self, point: Point, base: RunResult | None, baseline_id: str | None) -> Record:
         run = point.run
-        sess = self.session(run)
+        sess, wall = self.session(run), self.wall(run)
         if run.serve.concurrency:
             result = self._serve(point, sess)
         else:
-            result = run_prompts(self._runner(point, sess), [p.ids for p in sess.prompts], point.budgets(sess),
+            result = run_prompts(self._runner(point, sess), [p.ids for p in sess.prompts], budgets(run, sess),
                                  [p.id for p in sess.prompts], run.warmup, self.progress, self._finished(point.id),
                                  self._keeper(point.id))
         used = self._base_records.get(baseline_id) if baseline_id is not None else None
@@ -322,7 +324,7 @@ class Executor:
         rec = make_record(run, result, sess, label=point.label, baseline=base, baseline_id=baseline_id,
                           sweep=self.sweep, step_records=self.step_records, baseline_record=used)
         self._results[point.id], self._base_records[point.id] = result, rec.record_id
-        if self.wall(run):   # which process timed each prompt, and whether the baseline's were timed alike
+        if wall:   # which process timed each prompt, and whether the baseline's were timed alike
             rec = self._timed_by(rec, point.id, baseline_id, base)
         with interrupts_deferred():   # a Ctrl-C here waits: the record and its wandb run land together
             self.store.save(rec)

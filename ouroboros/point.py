@@ -1,5 +1,6 @@
-"""A point: one strategy setting measured on one session (its `RunConfig` and display label), the checks it must
-pass before anything is measured, and the `Record` its result becomes (`make_record`).
+"""A point: one strategy setting measured on one session (its `RunConfig` and display label), what identifies its
+measurement (`point_key`, `point_id`: resume and the records key on it), and the `Record` its result becomes
+(`make_record`).
 
 Every number comes from ouroboros.metrics (RunResult.totals(), PromptResult.summary(), speedup()); this module
 only arranges them. Knows nothing of the command line, of sinks or of how points are scheduled.
@@ -8,13 +9,15 @@ only arranges them. Knows nothing of the command line, of sinks or of how points
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import time
 import uuid
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.config import RunConfig, point_id, point_key
+from ouroboros.config import KIND_GROUPS, RunConfig
 from ouroboros.divergence import divergences
 from ouroboros.metrics import RunResult, speedup, speedup_mean_speed, step_dict
 from ouroboros.record import SCHEMA_VERSION, Record
@@ -22,29 +25,50 @@ from ouroboros.session import Session, effective_budgets, versions
 from ouroboros.strategies import strategy_params
 
 
+def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:
+    """What identifies a measurement: everything that can change its numbers (not logger / sweep / out).
+    `strategy` swaps in another strategy at its defaults (the baseline of this point)."""
+    name = strategy or run.strategy.name
+    params = strategy_params(name, None if strategy else run.strategy.params)
+    kind = run.kind
+    backend = {**dataclasses.asdict(run.backend), "kind": kind.name}
+    # skip_too_long only when on, order only when not the source's: points measured before the options existed
+    # keep their ids
+    dataset = {k: v for k, v in run.dataset.items()
+               if not (k == "skip_too_long" and not v) and not (k == "order" and v == "source")}
+    return {"model": run.model, "dataset": dataset, "backend": backend,
+            **{g: getattr(run, g) if g in kind.config_groups else None for g in KIND_GROUPS},
+            "max_new_tokens": run.max_new_tokens, "seed": run.seed, "warmup": run.warmup,
+            "strategy": {"name": name, "params": params},
+            # only when sampling, so greedy points keep the ids of records written before sampling existed
+            **({"sampling": dataclasses.asdict(run.sampling)} if not run.sampling.greedy else {}),
+            # only when serving, so one-at-a-time points keep their ids; load-aware means nothing to vanilla
+            **({"serve": {**dataclasses.asdict(run.serve), "load_aware": run.serve.load_aware and name != "vanilla",
+                          "shared_pool": run.serve.shared_pool and name != "vanilla"}}
+               if run.serve.concurrency else {})}
+
+
+def point_id(key: dict[str, Any]) -> str:
+    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 @dataclass
 class Point:
     run: RunConfig
     label: str
+    id: str = field(init=False)                     # point_id of the measurement (resume and records key on it)
+    baseline_id: str | None = field(init=False)     # ... of its baseline's (None: no baseline)
 
-    @property
-    def id(self) -> str:
-        return point_id(point_key(self.run))
-
-    @property
-    def baseline_id(self) -> str | None:
+    def __post_init__(self) -> None:
+        self.id = point_id(point_key(self.run))
         b = self.run.baseline
-        return point_id(point_key(self.run, strategy=b)) if b else None
+        self.baseline_id = point_id(point_key(self.run, strategy=b)) if b else None
 
     def baseline_point(self) -> Point:
         assert self.run.baseline
         b = dataclasses.replace(self.run, strategy=dataclasses.replace(self.run.strategy, name=self.run.baseline,
                                                                        params={}))
         return Point(b, self.run.baseline)
-
-    def budgets(self, sess: Session) -> list[int]:
-        """Each prompt's new-token budget: the prompt's own (a dataset may set one), else the run's."""
-        return [p.max_new_tokens or self.run.max_new_tokens for p in sess.prompts]
 
 
 def label_of(run: RunConfig, always: Collection[str] = ()) -> str:
@@ -127,15 +151,3 @@ def decode_text(tokenizer: Any, ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=True)   # transformers tokenizers
     except TypeError:
         return tokenizer.decode(ids)                            # the simulator's surrogate tokenizer
-
-
-def budget_note(point: Point, sess: Session, budgets: list[int]) -> str | None:
-    """A note when the model context leaves some prompt less room than its budget (decoding stops there)."""
-    short = [(p, b, sess.context - len(p.ids)) for p, b in zip(sess.prompts, budgets, strict=True)
-             if b > sess.context - len(p.ids)]
-    if not short:
-        return None
-    room = min(r for _, _, r in short)
-    return (f"max_new_tokens={max(b for _, b, _ in short)} does not fit the model context of {sess.context} tokens "
-            f"for {len(short)} of {len(sess.prompts)} prompt(s): they stop when the context is full (as few as "
-            f"{room} new tokens); the table shows the budgets in effect")

@@ -28,11 +28,11 @@ RERUN = "a rerun of ouroboros.run measures its points again (ouroboros.sweep swe
 def run_one(run: RunConfig, notes: list[str] | None = None) -> list[Record]:
     """The baseline and the strategy, both measured now (no resume): one table, records appended. `notes` are
     printed once the points have passed their checks."""
+    point = Point(run, label_of(run))
+    points = [point.baseline_point(), point] if run.baseline and run.baseline != run.strategy.name else [point]
     ex = make_executor(run, resume=False, sweep="run")
     ex.notes = list(notes or [])
-    point = Point(run, label_of(run))
     recs = []
-    points = [point.baseline_point(), point] if run.baseline and run.baseline != run.strategy.name else [point]
     ex.check(points)
     with counted(ex):
         ex.interleave(points)

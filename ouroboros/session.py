@@ -157,3 +157,19 @@ def effective_budgets(session: Session, budgets: list[int]) -> list[int]:
         return budgets
     return [min(b, session.context - len(p.ids)) for p, b in zip(session.prompts, budgets, strict=True)]
 
+
+def budgets(run: RunConfig, sess: Session) -> list[int]:
+    """Each prompt's new-token budget: the prompt's own (a dataset may set one), else the run's."""
+    return [p.max_new_tokens or run.max_new_tokens for p in sess.prompts]
+
+
+def budget_note(sess: Session, budgets: list[int]) -> str | None:
+    """A note when the model context leaves some prompt less room than its budget (decoding stops there)."""
+    short = [(p, b, sess.context - len(p.ids)) for p, b in zip(sess.prompts, budgets, strict=True)
+             if b > sess.context - len(p.ids)]
+    if not short:
+        return None
+    room = min(r for _, _, r in short)
+    return (f"max_new_tokens={max(b for _, b, _ in short)} does not fit the model context of {sess.context} tokens "
+            f"for {len(short)} of {len(sess.prompts)} prompt(s): they stop when the context is full (as few as "
+            f"{room} new tokens); the table shows the budgets in effect")

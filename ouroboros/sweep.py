@@ -10,7 +10,7 @@ same option), then validated: every point is checked before any model loads. Hyd
 runs its own points; the joblib launcher runs jobs in parallel; `MultirunTable` validates every job up front
 and prints one table at the end).
 
-Resume: a point whose point_id (ouroboros.config.point_key) already has a record is skipped; a kill at any
+Resume: a point whose point_id (ouroboros.point.point_key) already has a record is skipped; a kill at any
 moment loses at most the point being measured, and a rerun measures it once (ouroboros.sinks.RecordFile), keeping
 the prompts it had finished unless its strategy keeps state across prompts (then it is measured whole again:
 ouroboros.executor). A wall-clock point whose prompts were timed by two processes counts as resumed (the table says

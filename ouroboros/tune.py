@@ -161,9 +161,10 @@ def tune_main(cfg: DictConfig) -> dict[str, Any]:
     late: list[str] = []
     run = explicit_run(cfg, late)
     check_tune(run)
+    first = Point(run, label_of(run))
     ex = make_executor(run, resume=True, sweep=f"tune-{run.strategy.name}")
     ex.notes = late
-    ex.check([Point(run, label_of(run))])   # the pair loads (and its notes print) before the first point
+    ex.check([first])   # the pair loads (and its notes print) before the first point
     with counted(ex):
         params, history = tune(run, ex)
     best = next(r for r in reversed(history) if r.params == params)

@@ -11,8 +11,9 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from test_sweep import CONF, ROOT, SMALL
 
 import ouroboros.cli as cli_mod
-from ouroboros.config import RunConfig, check_overrides, one_line, point_id, point_key, validate
+from ouroboros.config import RunConfig, check_overrides, one_line, validate
 from ouroboros.errors import OuroborosError
+from ouroboros.point import point_id, point_key
 from ouroboros.sweep import plan
 
 

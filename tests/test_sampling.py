@@ -236,8 +236,9 @@ def test_seeded_runs_are_reproducible(name):
 def test_run_config_sampling_validation():
     from test_config import composed
 
-    from ouroboros.config import point_id, point_key, validate
+    from ouroboros.config import validate
     from ouroboros.errors import OuroborosError
+    from ouroboros.point import point_id, point_key
 
     greedy = validate(composed())
     assert greedy.sampling.greedy

@@ -18,9 +18,10 @@ from test_datasets import has
 
 from ouroboros.answers import awaited_of, build, compose_run
 from ouroboros.backends.hf import HFBackend
-from ouroboros.config import point_id, point_key, to_run_config
+from ouroboros.config import to_run_config
 from ouroboros.datasets import arrange, load_prompts, load_records, render
 from ouroboros.errors import OuroborosError
+from ouroboros.point import point_id, point_key
 from ouroboros.sources import Record
 from ouroboros.tiny import tiny_model
 from ouroboros.workloads import (
