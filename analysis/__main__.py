@@ -10,7 +10,7 @@ from analysis.report import table_rows, write_report
 from ouroboros.argparser import ArgumentParser
 from ouroboros.errors import OuroborosError, cli
 from ouroboros.paths import check_not_inputs, check_out_dir, same_file
-from ouroboros.sinks import load_sweep_records, record_files
+from ouroboros.running.sinks import load_sweep_records, record_files
 
 TABLES = ("table.md", "table.csv", "tasks.md", "tasks.csv")
 

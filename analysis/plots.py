@@ -26,9 +26,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
-from ouroboros.metrics import pool_rates  # noqa: E402
+from ouroboros.loop.metrics import pool_rates  # noqa: E402
 from ouroboros.paths import slug  # noqa: E402
-from ouroboros.record import Record  # noqa: E402
+from ouroboros.running.record import Record  # noqa: E402
 
 # swept parameter -> axis label (paper names); "max_new_tokens" is a run-level key, the rest strategy params
 CURVE_PARAMS = {"gamma": "draft length γ", "K": "candidate suffixes K", "W": "lookahead window W",

@@ -1,5 +1,5 @@
-"""Tables and the report from JSONL records (typed `Record`s: ouroboros.sinks.load_records). Never re-measures:
-every number is read from a record, re-aggregated only through ouroboros.metrics (speedup, combine_summaries).
+"""Tables and the report from JSONL records (typed `Record`s: ouroboros.running.sinks.load_records). Never re-measures:
+every number is read from a record, re-aggregated only through ouroboros.loop.metrics (speedup, combine_summaries).
 
 `write_report(records, out)` writes:
   table.md / table.csv     one row per point (latest record per point_id): tok/s, speedup, eta, A, #Match
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ouroboros.metrics import RunResult, combine_summaries, speedup
-from ouroboros.record import Record, latest
-from ouroboros.sinks import band_text
+from ouroboros.loop.metrics import RunResult, combine_summaries, speedup
+from ouroboros.running.record import Record, latest
+from ouroboros.running.sinks import band_text
 
 COLUMNS = ("point", "sweep", "model", "dataset", "backend", "prompts", "new_tokens", "seconds", "tokens_per_s",
            "speedup", "speedup_specbench", "block_efficiency", "accepted_length", "match_per_forward", "identical")
@@ -46,7 +46,7 @@ def table_rows(records: Sequence[Record]) -> list[dict[str, Any]]:
     rows = []
     for r in latest(records):
         t = r.totals
-        sv = r.serving   # served points: makespan and throughput (ouroboros/batch.py)
+        sv = r.serving   # served points: makespan and throughput (ouroboros/serving/batch.py)
         rows.append({"point": r.label, "sweep": r.sweep, "model": r.model_name,
                      "dataset": r.dataset_name, "backend": r.backend, "hardware": hardware_name(r),
                      "max_new_tokens": budget(r), "prompts": t["prompts"],

@@ -6,7 +6,8 @@ dataset's options): it composes the same config, selects the same requests, and 
 with the target alone (vanilla, greedy, through the one decode loop), rendered as a one-turn prompt (the
 tokenizer's chat template, no system message), at most `dataset.answer_tokens` new tokens. Answers go to
 `<answers folder>/<source>.jsonl` ({question_id, answer, new_tokens, stop_reason}); the folder is the cache folder
-of the target model, dtype and answer budget (`ouroboros.workloads.answers_key`) unless dataset.answers_dir names
+of the target model, dtype and answer budget (`ouroboros.prompts.workloads.answers_key`) unless dataset.answers_dir
+names
 one, and its meta.json says whose answers it holds. The file is rewritten whole after every answer, so a build
 stopped part way keeps what it decoded, and a rerun decodes only what is missing.
 
@@ -24,11 +25,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ouroboros.datasets import render, select_records
 from ouroboros.errors import OuroborosError, cli
 from ouroboros.paths import check_out_dir
-from ouroboros.sources import Awaited, Record
-from ouroboros.workloads import NOT_IN_KEY, answers_file, answers_key, read_meta
+from ouroboros.prompts.datasets import render, select_records
+from ouroboros.prompts.sources import Awaited, Record
+from ouroboros.prompts.workloads import NOT_IN_KEY, answers_file, answers_key, read_meta
 
 
 def compose_run(overrides: Sequence[str]) -> Any:
@@ -85,7 +86,7 @@ def build(awaited: Sequence[Awaited], target: Any, tokenizer: Any, eos_ids: Sequ
           log: Callable[[str], None] = print) -> int:
     """Decode every awaited answer (vanilla, greedy) on `target` (a Backend) and add it to its folder's
     `<source>.jsonl`. Returns the number decoded."""
-    from ouroboros.harness import StrategyRun, StrategyRunner
+    from ouroboros.running.harness import StrategyRun, StrategyRunner
 
     runner = StrategyRunner(StrategyRun("vanilla"), target, None, eos_ids)
     lines: dict[Path, list[str]] = {}
@@ -110,7 +111,7 @@ def build(awaited: Sequence[Awaited], target: Any, tokenizer: Any, eos_ids: Sequ
 
 def check_model(run: Any) -> dict[str, Any]:
     """The model spec to load (the target alone), or a one-line refusal; loads nothing."""
-    from ouroboros.models import check_device, loading_options, parse_dtype
+    from ouroboros.backends.models import check_device, loading_options, parse_dtype
 
     if run.kind.simulated:
         raise OuroborosError("the answers are a real model's own: run the build with a real pair (backend=hf), then "
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ouroboros.backends.hf import HFBackend
-    from ouroboros.models import load_pair
+    from ouroboros.backends.models import load_pair
 
     if run.backend.threads:
         torch.set_num_threads(run.backend.threads)

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from ouroboros.config import RunConfig, apply_explicit, check_overrides, explicit_notices, validate
 from ouroboros.errors import OuroborosError, report_error
-from ouroboros.interrupts import Interrupted
+from ouroboros.running.interrupts import Interrupted
 
 
 def _sigterm(signum: int, frame: Any) -> None:

@@ -32,10 +32,10 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from ouroboros.backends import registry
 from ouroboros.backends.base import BackendKind
 from ouroboros.checks import check_range
-from ouroboros.datasets import load_records
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.sampling import SamplingConfig
 from ouroboros.paths import check_writable
-from ouroboros.sampling import SamplingConfig
+from ouroboros.prompts.datasets import load_records
 from ouroboros.serving.load import check_prefill, check_rate, check_shared_pool, check_simulated
 from ouroboros.strategies import (
     NeedsDatastore,
@@ -104,7 +104,7 @@ class SweepConfig:
 
 @dataclass
 class ServeConfig:
-    """Serving under load (ouroboros/batch.py). concurrency 0: the paper's setting, one prompt at a time, each
+    """Serving under load (ouroboros/serving/batch.py). concurrency 0: the paper's setting, one prompt at a time, each
     alone. concurrency C >= 1: continuous batching, up to C requests decode at once, one batched forward per model
     per step; a new request starts when one finishes (closed loop) or, with `rate`, at Poisson arrival times
     (open loop, backend=sim only)."""
@@ -153,7 +153,7 @@ class RunConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig)
     tune: TuneConfig = field(default_factory=TuneConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
-    # Decoding: temperature 0 = greedy (default); > 0 = exact sampling (ouroboros/sampling.py)
+    # Decoding: temperature 0 = greedy (default); > 0 = exact sampling (ouroboros/loop/sampling.py)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 64
     seed: int = 0
@@ -280,7 +280,7 @@ def validate(cfg: DictConfig | dict | RunConfig, serving: bool = True) -> RunCon
     if owner is not None and owner is not kind:
         raise OuroborosError(f"model kind {run.model['kind']!r} is a {owner.model_noun}: use backend={owner.name}")
     kind.setup(run)   # what loading would refuse (sim: the hardware, the pair's profile and fit; hf: device, threads)
-    from ouroboros.models import parse_dtype
+    from ouroboros.backends.models import parse_dtype
 
     parse_dtype(run.backend.dtype)   # a typo is refused on every backend, not only where it loads weights
     if spec.needs_draft_model and "draft" in run.model and run.model["draft"] is None:
@@ -328,7 +328,7 @@ def check_outputs(run: RunConfig, extra: list[tuple[str, str]] | None = None) ->
     record file is a records file or new (not a device, a saved document, a dataset); no two files the run writes
     (out, the strategy's *_save files, `extra`: e.g. tune.out) are one file, nor inside the wandb folder's."""
     from ouroboros.paths import check_distinct, check_regular, inside, same_file
-    from ouroboros.sinks import check_records_file
+    from ouroboros.running.sinks import check_records_file
 
     if run.out:
         check_regular(run.out, "out", " (out=null: no records file)")

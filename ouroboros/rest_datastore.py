@@ -1,4 +1,4 @@
-"""Builder command for the REST datastore (the index itself: ouroboros/datastore.py):
+"""Builder command for the REST datastore (the index itself: ouroboros/strategies/datastore.py):
 
     python -m ouroboros.rest_datastore --out ds.npz (--tokens FILE | --text FILE --tokenizer DIR)
 
@@ -15,9 +15,9 @@ import sys
 import numpy as np
 
 from ouroboros.argparser import ArgumentParser
-from ouroboros.datastore import Datastore, continuation_tree, suffix_array
 from ouroboros.errors import OuroborosError, cli
 from ouroboros.paths import check_writable
+from ouroboros.strategies.datastore import Datastore, continuation_tree, suffix_array
 
 __all__ = ["Datastore", "continuation_tree", "main", "read_docs", "suffix_array"]
 

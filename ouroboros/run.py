@@ -5,7 +5,7 @@ so; `python -m ouroboros.sweep sweep=single` with the same overrides resumes fro
 
 An entry point only: it parses (ouroboros.cli) and hands over. The walk of one run goes downhill from here:
 cli (validated config) -> executor (checks, baseline, claims) -> session (backends, prompts) -> harness and the
-decode loop -> point.make_record (the typed Record) -> store / wandb mirror -> table (ouroboros.table).
+decode loop -> point.make_record (the typed Record) -> store / wandb mirror -> table (ouroboros.running.table).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from omegaconf import DictConfig
 
 from ouroboros.cli import entry, explicit_run, hydra_cli
 from ouroboros.config import RunConfig
-from ouroboros.executor import make_executor
-from ouroboros.interrupts import counted
-from ouroboros.point import Point, label_of
-from ouroboros.record import Record
-from ouroboros.table import format_table
+from ouroboros.running.executor import make_executor
+from ouroboros.running.interrupts import counted
+from ouroboros.running.point import Point, label_of
+from ouroboros.running.record import Record
+from ouroboros.running.table import format_table
 
 # what the interrupt message says a rerun does (ouroboros.cli.entry): run measures afresh, the sweep resumes
 RERUN = "a rerun of ouroboros.run measures its points again (ouroboros.sweep sweep=single resumes from the records)"

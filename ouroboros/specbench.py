@@ -1,7 +1,8 @@
 """Spec-Bench I/O (github.com/hemingkx/Spec-Bench).
 
-In:  a question.jsonl ({question_id, category, turns}), checked on read (`ouroboros.sources.read_questions`).
-     Decoding it is the `specbench` dataset (conf/dataset/specbench.yaml, ouroboros.datasets): prompt ids are the
+In:  a question.jsonl ({question_id, category, turns}), checked on read (`ouroboros.prompts.sources.read_questions`).
+     Decoding it is the `specbench` dataset (conf/dataset/specbench.yaml, ouroboros.prompts.datasets): prompt ids are
+     the
      question ids.
 Out: answer JSONL in the layout Spec-Bench's evaluation/eval.py writes and evaluation/speed.py reads: per line
      {question_id, category, answer_id, model_id, choices: [{index, turns, decoding_steps, new_tokens,
@@ -26,7 +27,7 @@ from pathlib import Path
 from ouroboros.argparser import ArgumentParser
 from ouroboros.errors import OuroborosError, cli
 from ouroboros.paths import check_not_inputs, slug
-from ouroboros.record import Record, latest
+from ouroboros.running.record import Record, latest
 
 
 def _qid(prompt_id: str) -> int | str:
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-id", default=None, help="model_id prefix (default: the model config's name)")
     args = ap.parse_args(argv)
     from ouroboros.paths import check_out_dir
-    from ouroboros.sinks import load_records, record_files
+    from ouroboros.running.sinks import load_records, record_files
 
     check_out_dir(args.out, "--out")
     records = load_records(args.records)

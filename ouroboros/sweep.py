@@ -10,10 +10,12 @@ same option), then validated: every point is checked before any model loads. Hyd
 runs its own points; the joblib launcher runs jobs in parallel; `MultirunTable` validates every job up front
 and prints one table at the end).
 
-Resume: a point whose point_id (ouroboros.point.point_key) already has a record is skipped; a kill at any
-moment loses at most the point being measured, and a rerun measures it once (ouroboros.sinks.RecordFile), keeping
+Resume: a point whose point_id (ouroboros.running.point.point_key) already has a record is skipped; a kill at any
+moment loses at most the point being measured, and a rerun measures it once (ouroboros.running.sinks.RecordFile),
+keeping
 the prompts it had finished unless its strategy keeps state across prompts (then it is measured whole again:
-ouroboros.executor). A wall-clock point whose prompts were timed by two processes counts as resumed (the table says
+ouroboros.running.executor). A wall-clock point whose prompts were timed by two processes counts as resumed (the table
+says
 which process timed which); a resumed point measured against an earlier record of its baseline than the latest
 shows that record's row too (`with_used_baselines`).
 """
@@ -40,13 +42,13 @@ from tqdm.auto import tqdm
 from ouroboros.cli import entry, hydra_cli, is_late
 from ouroboros.config import RunConfig, SweepConfig, apply_explicit, explicit_notices, override_key, validate
 from ouroboros.errors import OuroborosError
-from ouroboros.executor import Executor, make_executor
-from ouroboros.interrupts import counted, interrupts_deferred
-from ouroboros.point import Point, label_of
-from ouroboros.record import Record
-from ouroboros.sinks import load_records, summary_line
+from ouroboros.running.executor import Executor, make_executor
+from ouroboros.running.interrupts import counted, interrupts_deferred
+from ouroboros.running.point import Point, label_of
+from ouroboros.running.record import Record
+from ouroboros.running.sinks import load_records, summary_line
+from ouroboros.running.table import format_table
 from ouroboros.strategies import REGISTRY, NeedsDatastore, field_types, is_peer
-from ouroboros.table import format_table
 
 GROUPS = ("model", "strategy", "dataset", "backend", "hardware", "logger", "sweep")
 

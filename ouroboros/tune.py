@@ -3,7 +3,8 @@ paper's hyper-parameter heuristic (arXiv 2402.13720, Algorithm 1): search gamma 
 then W, then beta (level N) and K, each stage at the best values found so far; write the chosen settings as a
 strategy YAML (conf/strategy/ format: name + params) that `strategy=...` can load.
 
-Works on either backend; every evaluation is a sweep point (ouroboros.executor.Executor), so it is recorded in the
+Works on either backend; every evaluation is a sweep point (ouroboros.running.executor.Executor), so it is recorded in
+the
 JSONL file, mirrored, and skipped on a rerun (a killed tuning run resumes). Deviation from the paper: the score
 is `tune.metric` from the records (tokens/s by default, equivalent to speedup on one prompt set).
 """
@@ -22,14 +23,14 @@ from omegaconf import DictConfig, OmegaConf
 from ouroboros.cli import entry, explicit_run, hydra_cli
 from ouroboros.config import RunConfig, StrategyConfig, check_outputs, validate
 from ouroboros.errors import OuroborosError
-from ouroboros.executor import Executor, make_executor
-from ouroboros.interrupts import counted
-from ouroboros.metrics import PromptResult, RunResult
+from ouroboros.loop.metrics import PromptResult, RunResult
 from ouroboros.paths import check_writable
-from ouroboros.point import Point, label_of
-from ouroboros.record import Record
+from ouroboros.running.executor import Executor, make_executor
+from ouroboros.running.interrupts import counted
+from ouroboros.running.point import Point, label_of
+from ouroboros.running.record import Record
+from ouroboros.running.table import format_table
 from ouroboros.strategies import check_type, field_types, strategy_params
-from ouroboros.table import format_table
 
 TUNE_HEAD = b"# Chosen by `python -m ouroboros.tune`"   # the first line of every preset it writes
 

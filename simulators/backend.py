@@ -29,9 +29,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ouroboros.backends.base import BackendWrapper, Scores, SequenceBackend
-from ouroboros.contracts import Servable
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.contracts import Servable
+from ouroboros.loop.draft import Draft
 from simulators.cost_model import CostModel
 from simulators.host import HostCharging
 from simulators.surrogate import NGramLM, TokenModel

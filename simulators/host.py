@@ -29,10 +29,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.contracts import Counters, DecodeState, Proposer, Scores
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
-from ouroboros.verify import Verdict
+from ouroboros.loop.contracts import Counters, DecodeState, Proposer, Scores
+from ouroboros.loop.draft import Draft
+from ouroboros.loop.verify import Verdict
 
 SECTION = "proposer_costs"
 COSTS = ("draft_s", "draft_s_per_node", "other_s", "other_s_per_node")   # seconds; per draft node
@@ -192,7 +192,7 @@ class HostTimes:
 
 
 class HostCharging:
-    """The simulated backends' side of `ouroboros.contracts.ChargesHost`: `host` is set by make_pair."""
+    """The simulated backends' side of `ouroboros.loop.contracts.ChargesHost`: `host` is set by make_pair."""
 
     host: HostTimes = HostTimes()
     clock: Any

@@ -9,7 +9,7 @@ Cost (which seconds each forward is charged), in order of precedence:
 plus, per decode step, the strategy's host time where hardware.proposer_costs has the pair's target (host.py).
 Tokens (sim.tokens): `surrogate` (n-gram target + bursty draft), `iid` (draft agrees with probability
 sim.alpha, i.i.d.), `replay` (sim.trace: a trace recorded by `simulators.replay`), `proxy` (sim.proxy_model:
-a real pair loaded by `ouroboros.models.load_pair` decides the tokens). A surrogate pair's own prompts
+a real pair loaded by `ouroboros.backends.models.load_pair` decides the tokens). A surrogate pair's own prompts
 (`default_prompts`, what a synthetic dataset decodes on the simulator) are cut from its corpus, 0.75x to 1.25x
 sim.prompt_len tokens long (`prompt_span`: how `calibrate measured` cuts a task's; without it 32 to 96), each with
 sim.max_new_tokens new tokens where set (a task stand-in: simulators/trust.py).
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ouroboros.backends.base import Backend
-from ouroboros.datasets import Prompt
 from ouroboros.errors import OuroborosError
+from ouroboros.prompts.datasets import Prompt
 from simulators.architectures import PairProfile
 from simulators.backend import ProxyBackend, SimBackend, SimClock
 from simulators.cost_model import CostModel, check_fits, from_spec, scaled_to
@@ -218,7 +218,7 @@ def recall_memory(path: str | None) -> Any:
         return None
     import os
 
-    from ouroboros.datastore import Datastore
+    from ouroboros.strategies.datastore import Datastore
 
     full = os.path.abspath(os.path.expanduser(str(path)))
     key = (full, os.path.getmtime(full) if os.path.exists(full) else None)
@@ -306,7 +306,7 @@ def replay_pair(opts: SimConfig, prof: PairProfile, hw: Hardware, costs: dict[st
 def proxy_pair(opts: SimConfig, prof: PairProfile, hw: Hardware, costs: dict[str, CostModel],
                clock: SimClock) -> SimPair:
     from ouroboros.backends.hf import HFBackend
-    from ouroboros.models import load_pair
+    from ouroboros.backends.models import load_pair
 
     if not opts.proxy_model:
         raise OuroborosError("sim.tokens=proxy needs sim.proxy_model (a model config, e.g. the tiny pair)")

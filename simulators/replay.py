@@ -25,10 +25,10 @@ import re
 from typing import Any
 
 from ouroboros.backends.base import Backend, BackendWrapper, Scores
-from ouroboros.datasets import Prompt
-from ouroboros.decode import decode
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
+from ouroboros.loop.draft import Draft
+from ouroboros.prompts.datasets import Prompt
 
 _MASK64 = (1 << 64) - 1
 

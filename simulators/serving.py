@@ -1,4 +1,4 @@
-"""The simulated serving engine: batched forwards under load (ouroboros/batch.py) on the `sim` backend.
+"""The simulated serving engine: batched forwards under load (ouroboros/serving/batch.py) on the `sim` backend.
 
 `SimEngine` is the sim backend kind's engine (simulators/plugin.py `SimKind.engine`): each row of a
 batched forward is scored by its own backend (surrogate, replayed or proxy decisions, exactly as alone), and the
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ouroboros.contracts import Scores
-from ouroboros.draft import Draft
+from ouroboros.loop.contracts import Scores
+from ouroboros.loop.draft import Draft
 from ouroboros.serving.load import check_prefill
 from simulators.backend import SimClock
 

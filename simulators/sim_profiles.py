@@ -33,7 +33,7 @@ PAPER_TASK_KEYS = {"HumanEval": "humaneval", "MBPP": "mbpp", "GSM8K": "gsm8k", "
 
 def git_commit() -> str:
     """The commit a profile or band was measured at ("-dirty": with uncommitted changes to tracked files)."""
-    from ouroboros.session import git_commit as commit
+    from ouroboros.running.session import git_commit as commit
 
     return commit() or "unknown"
 

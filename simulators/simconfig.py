@@ -65,8 +65,8 @@ class SimConfig:
     trace: str | None = opt(None, "source", "a real run's recorded trace (tokens=replay; JSON, simulators.replay): "
                             "the real pair's decisions, forward for forward")
     proxy_model: dict[str, Any] | None = opt(None, "source", "a small real pair deciding the tokens (tokens=proxy; a "
-                                             "model dict for ouroboros.models.load_pair); the clock charges the large "
-                                             "one")
+                                             "model dict for ouroboros.backends.models.load_pair); the clock "
+                                             "charges the large one")
     proxy_dtype: str = opt("float32", "source", "the dtype the proxy pair runs in (tokens=proxy)")
     prompt_tokens: str = opt("surrogate", "source", "how real prompts get their tokens: surrogate (its own tokenizer) "
                              "| tokenizer (as many as the pair's real tokenizer gives, chat template included) | "

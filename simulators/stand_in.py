@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.datastore import Datastore
+from ouroboros.strategies.datastore import Datastore
 from simulators.corpus import load_corpus, stand_in_docs
 from simulators.simconfig import SimConfig
 from simulators.tokens import real_tokenizer_dir

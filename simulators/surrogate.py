@@ -212,7 +212,8 @@ class NGramLM:
     `forgive` > 0: after at least `forgive_run` tokens it would have written itself, it reads a token it would not
     have written as its own one with that probability (a hash of the last FORGIVE_CTX tail tokens and the token):
     its tail then holds its own token, so it goes on as it would have; the copy window keeps the token as written.
-    `recall` > 0 with a `memory` (a REST datastore in the surrogate's ids, `ouroboros.datastore.Datastore`): right
+    `recall` > 0 with a `memory` (a REST datastore in the surrogate's ids, `ouroboros.strategies.datastore.Datastore`):
+    right
     after a token it would not have written, where its last >= `recall_min` tokens occur in the memory, it takes
     the memory's most frequent continuation of its longest matching suffix with that probability (checked first);
     a token so recalled keeps the run of own tokens at 0: it is reading known text, not writing its own.

@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from ouroboros.errors import OuroborosError
-from ouroboros.sources import DEFAULT_MAX_NEW_TOKENS, SPECBENCH_BUDGETS
+from ouroboros.prompts.sources import DEFAULT_MAX_NEW_TOKENS, SPECBENCH_BUDGETS
 from simulators.architectures import conf_file, conf_names, conf_root, load_conf
 
 # dataset kind -> task, for datasets that are one task

@@ -3,7 +3,7 @@ import functools
 import torch
 from hypothesis import settings
 
-from ouroboros.tiny import perturbed, tiny_model
+from ouroboros.backends.tiny import perturbed, tiny_model
 
 # Tiny models gain nothing from intra-op threads, and on a shared 2-core machine OpenMP threads waiting for a
 # descheduled sibling turn microsecond ops into milliseconds (measured: 39 s -> 0.7 s for 50 sampled decodes).

@@ -3,7 +3,7 @@
 import dataclasses
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import build_proposer
 
 TIMING = {"draft_s", "verify_s", "other_s"}

@@ -1,6 +1,7 @@
 """analysis/: tables and figures from records only (never re-measuring), checked against the records."""
 
 import csv
+import importlib
 
 import pytest
 from test_sweep import sweep_records
@@ -25,7 +26,7 @@ def test_markdown_golden():
 
 
 def test_curves_follow_the_records(records):
-    from ouroboros.sinks import load_records
+    from ouroboros.running.sinks import load_records
 
     recs = load_records(records)
     series = curve_series(recs, "gamma")
@@ -36,7 +37,7 @@ def test_curves_follow_the_records(records):
 
 
 def test_per_task_speedup_matches_the_record_on_one_category(records):
-    from ouroboros.sinks import load_records
+    from ouroboros.running.sinks import load_records
 
     recs = load_records(records)
     tasks = {row["point"]: row for row in task_rows(recs)}
@@ -54,7 +55,7 @@ def test_cli_writes_tables_and_figures(records, tmp_path, capsys):
     assert (out / "speedup_vs_gamma.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list((out).glob("pool_*.png"))             # ouroboros records carry pool stats
     rows = list(csv.DictReader(open(out / "table.csv")))
-    assert len(rows) == len(table_rows(__import__("ouroboros.sinks").sinks.load_records(records)))
+    assert len(rows) == len(table_rows(importlib.import_module("ouroboros.running.sinks").load_records(records)))
     assert (out / "tasks.md").read_text().startswith("| point | category |")
     printed = capsys.readouterr().out
     assert f"written to {out}" in printed and "| vanilla |" not in printed   # where it wrote, not the table
@@ -65,8 +66,8 @@ def test_unlike_runs_never_share_a_figure(records):
     import json
 
     from analysis.plots import all_figures, close
-    from ouroboros.record import Record
-    from ouroboros.sinks import read_records
+    from ouroboros.running.record import Record
+    from ouroboros.running.sinks import read_records
 
     recs = read_records(records)
     sampled = [json.loads(json.dumps(r)) for r in recs]
@@ -94,7 +95,7 @@ def test_cli_error_is_one_line(tmp_path, capsys):
 def test_per_task_speedups_never_pair_two_processes():
     """Issue 33: a wall-clock baseline measured again by another process gives an older point no per-task ratio."""
     from analysis.report import same_process
-    from ouroboros.record import Record
+    from ouroboros.running.record import Record
 
     def timed(procs: dict | None) -> Record:
         return Record(processes=procs)

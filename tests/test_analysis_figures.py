@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from analysis.plots import all_figures, close, latency_throughput, speedup_curve, speedup_vs_concurrency
 from analysis.report import write_report
-from ouroboros.sinks import load_sweep_records
+from ouroboros.running.sinks import load_sweep_records
 
 SIM = ["model=llama70b_7b", "hardware=a800x2", "dataset.num_prompts=1", "dataset.task=none", "max_new_tokens=4",
        "logger=quiet"]

@@ -126,7 +126,7 @@ def test_the_table_says_why_a_strategy_has_no_band(monkeypatch):
     got = trust.record_decisions(prof, "cascade", {"kind": "synthetic"})
     assert got["band"] is None and got["no_band"] == "no figure of it is published"
     assert "no_band" not in trust.record_decisions(prof, "pld", {"kind": "synthetic"})
-    from ouroboros.table import _no_band
+    from ouroboros.running.table import _no_band
 
     class R:   # the two fields _no_band reads
         def __init__(self, strategy, decisions):

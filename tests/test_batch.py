@@ -1,4 +1,4 @@
-"""Batched decoding (ouroboros/batch.py): every row of a batch is token-identical to its own batch-1 greedy
+"""Batched decoding (ouroboros/serving/batch.py): every row of a batch is token-identical to its own batch-1 greedy
 reference (fp64 tiny models, rows of different lengths, EOS in one row while the others go on), for every
 strategy, on the hf backend (one real batched forward per model per step) and on the simulator; the batched clock
 charges one forward per batch; load-aware drafting stays lossless and stops drafting where it cannot pay."""
@@ -12,10 +12,10 @@ from reference import reference_greedy
 from strategy_params import PARAMS
 
 from ouroboros.backends.hf import HFBackend, HFEngine, score_batch
-from ouroboros.batch import Load, Request, engine_for, serve, slot_factory
-from ouroboros.decode import decode
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
+from ouroboros.loop.draft import Draft
+from ouroboros.serving.batch import Load, Request, engine_for, serve, slot_factory
 from ouroboros.strategies import REGISTRY, build_proposer
 from simulators.cost_model import CostModel
 from simulators.serving import SimEngine
@@ -164,7 +164,7 @@ def test_load_aware_is_lossless_and_stops_drafting_when_compute_bound():
     assert summ["requests"] == 4 and summ["mean_batch"] <= 4 and summ["latency_s_p99"] >= summ["latency_s_p50"]
     steps = sum(s.result.proposer_stats["load_aware.steps"] for s in aware.requests)
     assert steps == sum(len(s.result.steps) for s in aware.requests)
-    from ouroboros.batch import LoadAware
+    from ouroboros.serving.batch import LoadAware
 
     # a compute-bound target (no weight-read floor): drafting never pays, at any batch size
     flat = CostModel(flop_s_per_token=1.0)
@@ -180,15 +180,15 @@ def test_load_aware_is_lossless_and_stops_drafting_when_compute_bound():
 def test_load_aware_probes_when_its_cap_falls_to_zero():
     """A cap that fell to 0 (a few early rejections) is probed at depth 1 every explore_every-th step, so good
     acceptance brings drafting back; a step that drafts nothing would measure nothing."""
-    from ouroboros.batch import LoadAware
-    from ouroboros.contracts import DecodeState
+    from ouroboros.loop.contracts import DecodeState
+    from ouroboros.serving.batch import LoadAware
 
     class Inner:
         class counters:   # noqa: N801 (the attribute proposers expose)
             forwards = tokens = 0
 
         def propose(self, state):
-            from ouroboros.draft import Draft
+            from ouroboros.loop.draft import Draft
 
             return Draft()
 
@@ -270,7 +270,7 @@ def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
     from cli_helper import run_module
 
     from analysis.plots import all_figures
-    from ouroboros.sinks import load_records, read_records
+    from ouroboros.running.sinks import load_records, read_records
 
     out = tmp_path / "r.jsonl"
     res = run_module("ouroboros.sweep", "model=llama70b_7b", "hardware=h100", "sim.devices=2", "sim.placement=tensor",
@@ -297,7 +297,7 @@ def test_load_sweep_records_serving_metrics_and_plots(tmp_path):
     assert "@r1" in recs[0]["prompts"][4]["prompt_id"]     # 20 requests cycle through 4 prompts
     figs = all_figures(load_records(out))
     assert {"speedup_vs_concurrency", "latency_vs_throughput"} <= set(figs)
-    from ouroboros.sinks import point_metrics
+    from ouroboros.running.sinks import point_metrics
 
     m = point_metrics(load_records(out)[4])   # what the wandb mirror logs
     assert m["serving/throughput_tok_s"] == recs[4]["serving"]["throughput_tok_s"] and "serving/ttft_s_p99" in m
@@ -331,7 +331,7 @@ def test_bad_serve_settings_are_one_line_errors(tmp_path, args, msg):
 def test_hf_served_run_through_the_cli(tmp_path):
     from cli_helper import run_module
 
-    from ouroboros.sinks import read_records
+    from ouroboros.running.sinks import read_records
 
     out = tmp_path / "r.jsonl"
     res = run_module("ouroboros.run", "model=tiny", "backend=hf", "strategy=pld", "serve.concurrency=3",
@@ -343,7 +343,7 @@ def test_hf_served_run_through_the_cli(tmp_path):
 
 
 def test_shared_pool_is_one_pool_and_stays_lossless():
-    from ouroboros.batch import Scheduler
+    from ouroboros.serving.batch import Scheduler
 
     target_model, draft_model = get_model("llama"), get_draft("llama", noise=0.1)
     target, draft = HFBackend(target_model), HFBackend(draft_model)

@@ -6,7 +6,7 @@ from reference import reference_greedy
 from stepwise import run_traced
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import build_proposer
 
 REPETITIVE = [5, 9, 13, 2, 5, 9, 13, 2, 5, 9, 13, 2, 7]

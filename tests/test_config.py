@@ -13,7 +13,7 @@ from test_sweep import CONF, ROOT, SMALL
 import ouroboros.cli as cli_mod
 from ouroboros.config import RunConfig, check_overrides, one_line, validate
 from ouroboros.errors import OuroborosError
-from ouroboros.point import point_id, point_key
+from ouroboros.running.point import point_id, point_key
 from ouroboros.sweep import plan
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fixtures.tiny_tokenizer import make_tokenizer
 
-from ouroboros.datasets import load_prompts
 from ouroboros.errors import OuroborosError
+from ouroboros.prompts.datasets import load_prompts
 
 FIX = Path(__file__).parent / "fixtures"
 SPEC = str(FIX / "specbench_sample.jsonl")

@@ -2,7 +2,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ouroboros.draft import CANDIDATE, PROBE, Draft, additive_mask, tree_attention
+from ouroboros.loop.draft import CANDIDATE, PROBE, Draft, additive_mask, tree_attention
 
 
 def brute_mask(parents, n_prefix):

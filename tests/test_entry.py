@@ -4,7 +4,7 @@ on the tiny hf pair, with a record appended for it and its baseline."""
 import pytest
 from cli_helper import run_module
 
-from ouroboros.sinks import read_records
+from ouroboros.running.sinks import read_records
 from ouroboros.strategies import REGISTRY
 
 SIM = ["model=llama70b_7b", "dataset.num_prompts=2", "max_new_tokens=8", "logger=quiet"]

@@ -9,8 +9,8 @@ import pytest
 from conftest import get_model
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import build_proposer, make_config
 
 

@@ -1,6 +1,6 @@
 """Losslessness across model families: every registered strategy, through the one loop on the hf backend, is
 token-identical to the independent no-cache reference (tests/reference.py) on tiny fp64 models of every family
-in `ouroboros.tiny.FAMILIES`, with prompts longer than every local-attention window (window 8: sliding-window
+in `ouroboros.backends.tiny.FAMILIES`, with prompts longer than every local-attention window (window 8: sliding-window
 Mistral / Qwen2 / Starcoder2 / Phi-3, Gemma 2 / 3's local layers, GPT-Neo's local layers) -- or, where a family's
 stock attention cannot take a tree, the tree strategies are refused up front with a one-line error naming it.
 """
@@ -16,10 +16,10 @@ from reference import reference_greedy
 from strategy_params import PARAMS
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
+from ouroboros.backends.tiny import FAMILIES, perturbed, tiny_model
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import REGISTRY, build_proposer
-from ouroboros.tiny import FAMILIES, perturbed, tiny_model
 
 WINDOW = 8
 # decided by HFBackend.tree_refusal() from what each model does; listed here so that a change is seen
@@ -90,7 +90,7 @@ def test_property_identical_to_reference(family, data):
 
 def test_refused_tree_is_never_scored():
     """The backend itself refuses a tree on such a model (the net under the up-front check)."""
-    from ouroboros.draft import Draft
+    from ouroboros.loop.draft import Draft
 
     target = HFBackend(model("bloom"))
     target.prefill([3, 4, 5])

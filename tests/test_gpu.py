@@ -17,8 +17,8 @@ from reference import reference_greedy
 from strategy_params import PARAMS
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
-from ouroboros.sinks import read_records
+from ouroboros.loop.decode import decode
+from ouroboros.running.sinks import read_records
 from ouroboros.strategies import REGISTRY, build_proposer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

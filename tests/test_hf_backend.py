@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.draft import Draft
-from ouroboros.verify import verify_greedy
+from ouroboros.loop.draft import Draft
+from ouroboros.loop.verify import verify_greedy
 
 
 @torch.no_grad()

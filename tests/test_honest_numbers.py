@@ -7,7 +7,7 @@ import time
 import pytest
 from cli_helper import run_module
 
-from ouroboros.sinks import read_records
+from ouroboros.running.sinks import read_records
 
 
 def test_a_sampled_run_says_its_outputs_are_not_compared(tmp_path):
@@ -106,7 +106,7 @@ def test_a_wall_clock_speedup_never_pairs_two_processes_times(tmp_path, monkeypa
 def test_a_stopped_wall_clock_point_keeps_only_prompts_paired_with_its_baselines(tmp_path):
     """A prompt of a point kept from an earlier process only where its baseline's same prompt came from that
     process too; the rest are decoded again, the baseline's with them."""
-    from ouroboros.sinks import RecordFile, prompt_line
+    from ouroboros.running.sinks import RecordFile, prompt_line
 
     out = tmp_path / "r.jsonl"
     tiny = ["model=tiny", "backend=hf", "dataset.num_prompts=3", "max_new_tokens=4", "logger=quiet", f"out={out}",

@@ -20,9 +20,9 @@ from ouroboros.errors import OuroborosError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("ouroboros", "simulators", "analysis")
-CORE = ("ouroboros.errors", "ouroboros.contracts", "ouroboros.draft", "ouroboros.verify", "ouroboros.sampling",
-        "ouroboros.decode", "ouroboros.metrics", "ouroboros.phrase_pool", "ouroboros.backends", "ouroboros.strategies",
-        "ouroboros.serving", "ouroboros.batch")
+CORE = ("ouroboros.errors", "ouroboros.loop", "ouroboros.strategies.phrase_pool", "ouroboros.backends",
+        "ouroboros.strategies",
+        "ouroboros.serving", "ouroboros.serving.batch")
 EDGE_LIBRARIES = ("hydra", "omegaconf", "wandb", "simulators", "analysis")   # only the edges (entry points, config)
 REGISTRY = "ouroboros.backends.registry"
 
@@ -119,7 +119,12 @@ def test_core_imports_no_entry_point():
     assert {"ouroboros.run", "ouroboros.sweep", "analysis.__main__"} <= entry
     edges = graph(mods)
     bad = {(m, t) for m in mods if m.startswith(CORE) for t in edges[m] if t in entry}
-    assert not bad
+    assert not bad - {WEIGHTS}
+
+
+# The one core -> entry-point edge allowed: the model loader gets pinned weights from ouroboros.fetch's functions (the
+# fetch CLI's main is a few lines around them); fetch reaches no edge library (test_core_reaches_no_edge_library).
+WEIGHTS = ("ouroboros.backends.models", "ouroboros.fetch")
 
 
 def _entry_points(mods: dict[str, ast.Module]) -> set[str]:
@@ -303,7 +308,7 @@ def test_name_branches_sees_every_form():
 
 # Modules that still branch on a backend's name; the test fails once a listed one no longer does. A record on disk
 # names its backend, and the oldest simulated records carry nothing else that says their clock was modelled.
-NAME_BRANCHES_LEFT = {"ouroboros.record"}
+NAME_BRANCHES_LEFT = {"ouroboros.running.record"}
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODS if m.startswith("ouroboros")))

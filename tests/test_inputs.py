@@ -12,9 +12,9 @@ import torch
 from cli_helper import run_module
 from test_sweep import sweep_records
 
-from ouroboros.datasets import Prompt, fit_context
 from ouroboros.errors import OuroborosError
-from ouroboros.sinks import RecordFile, read_records
+from ouroboros.prompts.datasets import Prompt, fit_context
+from ouroboros.running.sinks import RecordFile, read_records
 from ouroboros.strategies import check_type
 
 SIM = ["model=llama70b_7b", "hardware=a800x2", "dataset.num_prompts=1", "max_new_tokens=4", "logger=quiet"]

@@ -6,7 +6,7 @@ import json
 
 from cli_helper import run_module
 
-from ouroboros.sinks import read_records
+from ouroboros.running.sinks import read_records
 
 SIM = ["model=llama70b_7b", "dataset.num_prompts=3", "max_new_tokens=8", "logger=quiet", "sweep=single",
        "strategy=speculative"]
@@ -42,8 +42,8 @@ def test_interleaved_sweep_decodes_prompt_by_prompt_with_the_same_outputs(tmp_pa
 def test_real_backend_interleaves_by_default_and_a_stop_resumes_at_prompt_granularity(tmp_path, monkeypatch):
     """On the hf backend (a tiny pair) the default interleaves ours and a peer; a Ctrl-C after 4 decoded prompts
     keeps those 4 (2 rounds); the rerun decodes only the other 2 and the records equal a clean run's outputs."""
-    import ouroboros.harness as harness
-    import ouroboros.peers as peers
+    import ouroboros.running.harness as harness
+    import ouroboros.running.peers as peers
 
     args = [*HF, "strategy=hf_greedy"]
     calls: list[str] = []

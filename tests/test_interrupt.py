@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ouroboros.sinks import read_records, read_wandb_run
+from ouroboros.running.sinks import read_records, read_wandb_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["model=llama70b_7b", "hardware=a800x2", "dataset.num_prompts=2", "max_new_tokens=48", "sweep=k",

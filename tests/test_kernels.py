@@ -1,11 +1,11 @@
-"""ouroboros.kernels.bf16_linear: fp32-accurate, row-independent (bit-identical output rows whatever the number
+"""ouroboros.backends.kernels.bf16_linear: fp32-accurate, row-independent (bit-identical output rows whatever the number
 of rows, which the routed bf16 forwards rely on), and the blocked fp32 fallback agrees."""
 
 import pytest
 import torch
 
-from ouroboros import kernels
-from ouroboros.models import _fp32_blocks
+from ouroboros.backends import kernels
+from ouroboros.backends.models import _fp32_blocks
 
 op = kernels.kernel()
 needs_kernel = pytest.mark.skipif(op is None, reason=f"bf16 kernel unavailable: {kernels.unavailable_reason()}")

@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 from reference import reference_greedy
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
-from ouroboros.draft import CANDIDATE, PROBE, Draft
-from ouroboros.phrase_pool import Phrase, PhrasePool
+from ouroboros.loop.decode import decode
+from ouroboros.loop.draft import CANDIDATE, PROBE, Draft
 from ouroboros.strategies import build_proposer
 from ouroboros.strategies.lookahead import JacobiWindow, OutputIndexer, hang_phrases
+from ouroboros.strategies.phrase_pool import Phrase, PhrasePool
 
 
 def test_golden_window_update():

@@ -11,7 +11,7 @@ from reference import reference_greedy
 from strategy_params import PARAMS
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import REGISTRY, build_proposer
 
 NOISES = [0.0, 0.02, 0.1, 0.5, 3.0]  # draft weight noise: 0 = identical to the target, 3.0 = unrelated

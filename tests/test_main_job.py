@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 
 from ouroboros.config import apply_explicit, explicit_notices, validate
 from ouroboros.errors import OuroborosError
-from ouroboros.sinks import read_records
+from ouroboros.running.sinks import read_records
 from simulators import trust
 from simulators.pair import make_pair
 

@@ -1,10 +1,10 @@
-"""The aggregate definitions in ouroboros.metrics: one formula, whether from steps or from record summaries."""
+"""The aggregate definitions in ouroboros.loop.metrics: one formula, whether from steps or from record summaries."""
 
 from __future__ import annotations
 
 import pytest
 
-from ouroboros.metrics import PromptResult, RunResult, StepRecord, combine_summaries, sum_stats
+from ouroboros.loop.metrics import PromptResult, RunResult, StepRecord, combine_summaries, sum_stats
 
 
 def _step(accepted: int, n_match: int, new: int) -> StepRecord:
@@ -45,7 +45,7 @@ def test_speedup_paper_vs_specbench_golden():
     """Paper: total time over total time; Spec-Bench: mean per-prompt speed over the baseline's mean speed.
     Baseline: 10 tokens in 10 s and 10 in 1 s (1 and 10 tok/s: mean 5.5); other: 10 in 5 s and 10 in 1 s (2, 10:
     mean 6). Paper 11 / 6 = 1.833x; Spec-Bench 6 / 5.5 = 1.091x."""
-    from ouroboros.metrics import speedup, speedup_mean_speed
+    from ouroboros.loop.metrics import speedup, speedup_mean_speed
 
     def run(times):
         return RunResult("x", [PromptResult(str(i), 3, list(range(10)), t, 0.0, "budget", []) for i, t in
@@ -59,7 +59,7 @@ def test_speedup_paper_vs_specbench_golden():
 
 
 def test_divergences_golden():
-    from ouroboros.divergence import Divergence, divergences, first_difference
+    from ouroboros.running.divergence import Divergence, divergences, first_difference
 
     assert first_difference([5, 6, 7], [5, 6, 9]) == 2 and first_difference([5, 6], [5, 6, 1]) == 2
     assert first_difference([1], [1]) is None

@@ -9,9 +9,9 @@ import torch
 from fixtures.tiny_tokenizer import make_tokenizer
 
 from ouroboros import fetch
+from ouroboros.backends.models import check_same_tokenizer, eos_ids_of, load_pair
+from ouroboros.backends.tiny import tiny_model
 from ouroboros.errors import OuroborosError
-from ouroboros.models import check_same_tokenizer, eos_ids_of, load_pair
-from ouroboros.tiny import tiny_model
 
 
 def save_tiny(folder: Path, words: list[str] | None = None, seed: int = 0) -> Path:
@@ -122,7 +122,7 @@ def test_eos_ids_of_handles_ints_lists_and_none():
 @pytest.mark.slow
 def test_real_smollm2_loads_and_answers():
     from ouroboros.backends.hf import HFBackend
-    from ouroboros.decode import decode
+    from ouroboros.loop.decode import decode
     from ouroboros.strategies import build_proposer
 
     pair = load_pair({"kind": "smollm2"}, dtype="bfloat16")
@@ -135,7 +135,7 @@ def test_real_smollm2_loads_and_answers():
 
 
 def test_bf16_upcast_routes_only_large_inputs_and_matches_an_fp32_product(dirs):
-    from ouroboros.models import _upcast_linear, upcast_bf16_linears
+    from ouroboros.backends.models import _upcast_linear, upcast_bf16_linears
 
     pair = load_pair({"kind": "hf", "target": str(dirs["t"]), "bf16_upcast_rows": 4}, dtype="bfloat16")
     routed = [m for m in pair.target.modules() if isinstance(m, torch.nn.Linear) and "forward" in vars(m)]
@@ -166,7 +166,7 @@ def test_every_real_model_yaml_has_only_loading_options_or_simulator_sections():
     `sim_profiles` once made `model=qwen_coder` fail before loading anything)."""
     import yaml
 
-    from ouroboros.models import LOADERS, loading_options
+    from ouroboros.backends.models import LOADERS, loading_options
 
     checked = []
     for path in sorted((Path(__file__).resolve().parents[1] / "conf" / "model").glob("*.yaml")):

@@ -15,8 +15,8 @@ from cli_helper import run_module
 from test_inputs import SIM
 
 from ouroboros.errors import OuroborosError
-from ouroboros.saved import read_doc, write_doc
-from ouroboros.sinks import RecordFile, read_records
+from ouroboros.running.sinks import RecordFile, read_records
+from ouroboros.strategies.saved import read_doc, write_doc
 
 OLD = (b'{"schema":2,"point_id":"old1","label":"kept","totals":{}}\n'
        b'{"kind":"prompt_result","of_point":"old2","prompt":{"prompt_id":"1"}}\n'

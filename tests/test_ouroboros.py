@@ -12,8 +12,8 @@ from reference import reference_greedy
 from stepwise import run_traced
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import build_proposer
 from ouroboros.strategies.ouroboros import coherent_runs, corrected_branch
 

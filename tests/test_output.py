@@ -51,7 +51,7 @@ def test_a_point_two_sweeps_share_is_in_both(tmp_path):
     """Sweep A measures speculative gamma=2; sweep B resumes it (no second measurement, no second record); the
     analysis sees it in both sweeps, under each sweep's label."""
     from analysis.report import table_rows
-    from ouroboros.sinks import load_sweep_records, read_records
+    from ouroboros.running.sinks import load_sweep_records, read_records
 
     out = tmp_path / "r.jsonl"
     common = ["model=llama70b_7b", "dataset.num_prompts=2", "max_new_tokens=8", "logger=quiet", f"out={out}"]
@@ -68,8 +68,8 @@ def test_a_point_two_sweeps_share_is_in_both(tmp_path):
 def test_a_stopped_point_resumes_at_prompt_granularity(tmp_path, monkeypatch):
     """A sweep stopped in the middle of a point keeps the prompts it finished (one line each); the rerun decodes
     only the rest and records the whole point, with the same outputs as an uninterrupted run."""
-    import ouroboros.harness as harness
-    from ouroboros.sinks import read_records
+    import ouroboros.running.harness as harness
+    from ouroboros.running.sinks import read_records
 
     common = ["model=llama70b_7b", "dataset.num_prompts=4", "dataset.task=none", "max_new_tokens=8", "logger=quiet",
               "sweep=single",

@@ -10,11 +10,11 @@ from conftest import get_draft, get_model
 
 from ouroboros import argparser as flags
 from ouroboros.backends.hf import HFBackend
-from ouroboros.datasets import synthetic_prompts
-from ouroboros.divergence import divergences
 from ouroboros.errors import OuroborosError
-from ouroboros.harness import Job, StrategyRun, StrategyRunner, run_interleaved, run_strategy
-from ouroboros.peers import PeerRunner, check_peer, run_peer
+from ouroboros.prompts.datasets import synthetic_prompts
+from ouroboros.running.divergence import divergences
+from ouroboros.running.harness import Job, StrategyRun, StrategyRunner, run_interleaved, run_strategy
+from ouroboros.running.peers import PeerRunner, check_peer, run_peer
 
 EOS = (1,)
 FIX = Path(__file__).parent / "fixtures"
@@ -118,7 +118,7 @@ def test_divergence_reports_position_and_margin(setup):
     target, _, prompts, vanilla = setup
     other = run_strategy(StrategyRun("vanilla"), HFBackend(target), None, prompts, 24, EOS)
     other.prompts[1].output = other.prompts[1].output[:5] + [(other.prompts[1].output[5] + 1) % 64]
-    from ouroboros.datasets import Prompt
+    from ouroboros.prompts.datasets import Prompt
 
     ps = [Prompt(str(i), p) for i, p in enumerate(prompts)]
     divs = divergences(vanilla, other, {p.id: p.ids for p in ps}, HFBackend(target).top2_margin)
@@ -157,7 +157,7 @@ def test_interleaved_and_sequential_runs_give_the_same_records(setup):
 
 
 def test_sampled_runs_are_reproducible_and_match_the_harness(setup):
-    from ouroboros.sampling import SamplingConfig
+    from ouroboros.loop.sampling import SamplingConfig
 
     target, draft, prompts, _ = setup
     cfg = SamplingConfig(temperature=1.0, top_p=0.8, seed=7)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from ouroboros.errors import OuroborosError
-from ouroboros.phrase_pool import SOURCES, TOKEN_BYTES, Phrase, PhrasePool
+from ouroboros.strategies.phrase_pool import SOURCES, TOKEN_BYTES, Phrase, PhrasePool
 
 
 def test_golden_per_key_refresh_and_eviction():

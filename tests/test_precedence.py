@@ -9,9 +9,9 @@ from hydra import compose, initialize_config_dir
 
 from analysis.report import table_rows
 from ouroboros.config import apply_explicit, validate
-from ouroboros.sinks import load_records, read_records
+from ouroboros.running.sinks import load_records, read_records
+from ouroboros.running.table import format_table
 from ouroboros.sweep import plan
-from ouroboros.table import format_table
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 SIM = ["model=llama70b_7b", "dataset.num_prompts=1", "max_new_tokens=8", "logger=quiet"]

@@ -10,11 +10,11 @@ import pytest
 from cli_helper import run_module
 from hydra import compose, initialize_config_dir
 
-from ouroboros import sinks
 from ouroboros.config import apply_explicit, explicit_notices, validate
-from ouroboros.record import Record
-from ouroboros.sinks import read_records, summary_line
-from ouroboros.table import format_table, speedup_ranks
+from ouroboros.running import sinks
+from ouroboros.running.record import Record
+from ouroboros.running.sinks import read_records, summary_line
+from ouroboros.running.table import format_table, speedup_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")

@@ -5,8 +5,8 @@ import json
 
 from test_sweep import sweep_records
 
-from ouroboros.record import Record
-from ouroboros.table import format_table
+from ouroboros.running.record import Record
+from ouroboros.running.table import format_table
 
 OLD = {"schema": 1, "record_id": "r0", "point_id": "p0", "baseline_id": None, "time": 5.0, "sweep": "single",
        "label": "vanilla", "strategy": "vanilla", "params": {}, "backend": "hf", "hardware": {"cpu": "x"},
@@ -47,7 +47,7 @@ def test_git_commit_marks_a_dirty_checkout(monkeypatch):
     import subprocess
     from types import SimpleNamespace
 
-    from ouroboros import session
+    from ouroboros.running import session
 
     def fake(diff_rc):
         def run(cmd, **_):

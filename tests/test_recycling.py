@@ -8,12 +8,12 @@ from conftest import get_model
 from reference import reference_greedy
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.contracts import DecodeState, Scores
-from ouroboros.decode import decode, greedy_verifier
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.contracts import DecodeState, Scores
+from ouroboros.loop.decode import decode, greedy_verifier
+from ouroboros.loop.verify import Verdict
 from ouroboros.strategies import build_proposer, make_config
 from ouroboros.strategies.recycling import PAPER_TREE, fill_template, topk_rows, widths_template
-from ouroboros.verify import Verdict
 
 
 def test_golden_fill():

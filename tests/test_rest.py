@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from reference import reference_greedy
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
 from ouroboros.rest_datastore import Datastore, continuation_tree, main, suffix_array
 from ouroboros.strategies import NO_DATASTORE, build_proposer
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ouroboros.bench import datastore as bench
-from ouroboros.datastore import Datastore
+from ouroboros.strategies.datastore import Datastore
 
 
 def test_bench_compares_versions_on_identical_lookups(tmp_path, capsys):
@@ -15,7 +15,7 @@ def test_bench_compares_versions_on_identical_lookups(tmp_path, capsys):
     docs = [rng.integers(0, 50, size=400).tolist() for _ in range(5)]
     path = str(tmp_path / "ds.npz")
     Datastore.build(docs).save(path)
-    same_file = os.path.join(os.path.dirname(bench.__file__), "..", "datastore.py")
+    same_file = os.path.join(os.path.dirname(bench.__file__), "..", "strategies", "datastore.py")
     assert bench.main(["--datastore", path, "--against", same_file, "--lookups", "50", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     assert "identical trees: 50/50" in out and "current:" in out and "against:" in out

@@ -23,12 +23,12 @@ import pytest
 from cli_helper import HYDRA_MODULES, Result, run_module
 
 from ouroboros.cli import entry
-from ouroboros.record import Record
 from ouroboros.run import RERUN
-from ouroboros.sinks import RecordFile, prompt_line, read_records
-from ouroboros.store import FileStore
+from ouroboros.running.record import Record
+from ouroboros.running.sinks import RecordFile, prompt_line, read_records
+from ouroboros.running.store import FileStore
+from ouroboros.running.table import format_table
 from ouroboros.strategies import carries_state
-from ouroboros.table import format_table
 
 SIM = ["model=llama70b_7b", "hardware=a800x2", "logger=quiet", "sweep=single"]
 # sums of modelled times whose clock started elsewhere (the rerun decodes no vanilla first): equal to the last bits
@@ -169,7 +169,7 @@ def test_a_wall_clock_point_timed_by_two_processes_says_so(tmp_path):
 def test_an_interrupted_run_says_that_a_rerun_measures_again(tmp_path, monkeypatch):
     """`ouroboros.run` never resumes: stopped, it says so (not "rerun to resume"); rerun, it measures both points
     again; the sweep it names resumes from the records it left."""
-    import ouroboros.harness as harness
+    import ouroboros.running.harness as harness
 
     args = [*SIM[:3], "strategy=pld", "dataset.num_prompts=1", "max_new_tokens=4"]
     out = tmp_path / "r.jsonl"

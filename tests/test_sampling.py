@@ -20,18 +20,18 @@ from conftest import get_draft, get_model
 from scipy.stats import chisquare
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
-from ouroboros.draft import Draft
-from ouroboros.harness import StrategyRun, run_strategy
-from ouroboros.sampling import (
+from ouroboros.loop.decode import decode
+from ouroboros.loop.draft import Draft
+from ouroboros.loop.sampling import (
     SamplingConfig,
     SamplingVerifier,
     verify_multi_candidate,
     verify_tree_sampling,
     warp,
 )
+from ouroboros.loop.verify import Verdict
+from ouroboros.running.harness import StrategyRun, run_strategy
 from ouroboros.strategies import REGISTRY, build_proposer
-from ouroboros.verify import Verdict
 
 VOCAB, NEW, N_SAMPLES = 5, 2, 1200
 POWER_SAMPLES, SUSPECT_W = 20_000, 0.06
@@ -238,7 +238,7 @@ def test_run_config_sampling_validation():
 
     from ouroboros.config import validate
     from ouroboros.errors import OuroborosError
-    from ouroboros.point import point_id, point_key
+    from ouroboros.running.point import point_id, point_key
 
     greedy = validate(composed())
     assert greedy.sampling.greedy

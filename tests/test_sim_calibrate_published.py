@@ -12,8 +12,8 @@ import pytest
 import yaml
 from cli_helper import run_module
 
-from ouroboros.decode import decode
-from ouroboros.session import git_commit
+from ouroboros.loop.decode import decode
+from ouroboros.running.session import git_commit
 from ouroboros.strategies import build_proposer
 from simulators.architectures import load_conf
 from simulators.lab.calibration.paper_fit import calibrate

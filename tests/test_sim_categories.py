@@ -9,10 +9,10 @@ from cli_helper import run_module
 from hydra import compose, initialize_config_dir
 
 from ouroboros.config import apply_explicit, explicit_notices, validate
-from ouroboros.datasets import Prompt
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
-from ouroboros.sinks import read_records
+from ouroboros.loop.decode import decode
+from ouroboros.prompts.datasets import Prompt
+from ouroboros.running.sinks import read_records
 from ouroboros.strategies import build_proposer
 from simulators import trust
 from simulators.architectures import load_conf

@@ -72,7 +72,7 @@ def test_an_int_is_a_valid_float_and_the_config_is_frozen():
 
 
 def test_removed_options_are_refused_but_old_records_holding_them_still_load(tmp_path):
-    from ouroboros.sinks import load_sweep_records
+    from ouroboros.running.sinks import load_sweep_records
 
     for name, kept in REMOVED.items():
         assert name not in FIELDS

@@ -187,7 +187,7 @@ TINY = ["model=tiny", "model.hidden_size=64", "model.vocab_size=128", "model.eos
 
 
 def tiny_prompts(dataset, seed):
-    from ouroboros.datasets import load_prompts
+    from ouroboros.prompts.datasets import load_prompts
 
     return load_prompts(dataset, None, 128, seed)
 
@@ -197,7 +197,7 @@ def swept(tmp_path_factory) -> Path:
     from hydra import compose, initialize_config_dir
 
     from ouroboros.config import validate
-    from ouroboros.executor import make_executor
+    from ouroboros.running.executor import make_executor
     from ouroboros.sweep import plan, run_points
 
     out = tmp_path_factory.mktemp("sweep") / "records.jsonl"
@@ -280,7 +280,7 @@ def sweep_into(out: Path, extra: list[str]) -> None:
     from hydra import compose, initialize_config_dir
 
     from ouroboros.config import validate
-    from ouroboros.executor import make_executor
+    from ouroboros.running.executor import make_executor
     from ouroboros.sweep import plan, run_points
 
     ovr = [*TINY, 'sweep.grid=["strategy=pld,speculative"]', f"out={out}", *extra]
@@ -343,7 +343,7 @@ def test_no_recording_is_one_line(tmp_path):
 def test_rest_options_get_surrogate_ids(tmp_path):
     """REST's datastore holds the real tokenizer's ids: the simulated side maps them as it maps the prompts (inline
     corpus, or a datastore file rebuilt once in surrogate ids, separators kept); other strategies' options pass."""
-    from ouroboros.datastore import SEP, Datastore
+    from ouroboros.strategies.datastore import SEP, Datastore
 
     def shift(t):
         return t + 100
@@ -363,7 +363,7 @@ def test_rest_options_get_surrogate_ids(tmp_path):
 def test_datastore_text_the_surrogate_cannot_write_breaks_its_documents(tmp_path):
     """A real datastore token with no surrogate piece (IdMap.piece: None) becomes a document break in the mapped
     datastore, not a hashed stand-in that would match a piece the surrogate writes; prompts keep the stand-in."""
-    from ouroboros.datastore import SEP, Datastore
+    from ouroboros.strategies.datastore import SEP, Datastore
 
     class Tok:
         def surrogate_id(self, t):
@@ -395,7 +395,7 @@ def test_rest_runs_on_the_simulated_side(recorded):
 def test_recall_knows_the_datastore_rest_verifies(recorded, tmp_path, monkeypatch):
     """sim.recall on the simulated side of a REST run: the target's memory (sim.recall_text) is that run's datastore,
     mapped to surrogate ids; other runs, and REST at recall 0, get none."""
-    from ouroboros.datastore import Datastore
+    from ouroboros.strategies.datastore import Datastore
 
     sps = decisions.load_real(str(recorded))["speculative:gamma=3"]
     path = tmp_path / "ds.npz"
@@ -524,7 +524,7 @@ def test_a_runs_outputs_replay_prompt_lookup_exactly_and_refuse_a_draft_model(sw
     the same outputs); speculative would read filler answers for its draft model and is refused in one line."""
     import json
 
-    from ouroboros.decode import decode
+    from ouroboros.loop.decode import decode
     from ouroboros.strategies import build_proposer
     from simulators import replay
     from simulators.lab import trace_outputs

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ouroboros.draft import Draft
+from ouroboros.loop.draft import Draft
 from simulators import make_pair
 from simulators.backend import LazyPreds
 
@@ -99,7 +99,7 @@ def test_fast_surrogate_equals_reference(corpus, p_copy, induction, alpha_copy, 
 @pytest.mark.parametrize("n_cand", [0, 1, 3])
 @pytest.mark.parametrize("W,L", [(1, 1), (3, 1), (4, 3)])
 def test_window_probes_in_bulk_equal_node_by_node(n_cand, W, L):
-    from ouroboros.draft import PROBE
+    from ouroboros.loop.draft import PROBE
     from ouroboros.strategies.lookahead import JacobiWindow
 
     rng = random.Random(W * 10 + L)
@@ -365,7 +365,7 @@ _MEMORIES: dict[tuple[str, str], object] = {}
 
 
 def _corpus_memory(corpus: str, pieces: str):
-    from ouroboros.datastore import Datastore
+    from ouroboros.strategies.datastore import Datastore
     from simulators.corpus import load_corpus
 
     if (corpus, pieces) not in _MEMORIES:

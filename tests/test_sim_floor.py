@@ -124,7 +124,7 @@ def test_the_table_and_figures_say_a_band_was_widened(tmp_path):
     from test_sweep import sweep_records
 
     from analysis.plots import close, speedup_bars
-    from ouroboros.table import format_table
+    from ouroboros.running.table import format_table
 
     recs = sweep_records(tmp_path / "r.jsonl", "sweep=compare", 'sweep.grid=["strategy=pld,speculative"]')
     plain = speedup_bars(recs, "t")

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from ouroboros.errors import OuroborosError
-from ouroboros.harness import StrategyRun, StrategyRunner
+from ouroboros.running.harness import StrategyRun, StrategyRunner
 from simulators import Hardware, make_pair
 from simulators.__main__ import main as sim_main
 from simulators.architectures import conf_root, load_conf
@@ -55,7 +55,7 @@ def test_a_profile_with_costs_charges_a_plus_b_n_per_step(strategy, cost):
 def test_no_costs_leave_every_second_as_it_was():
     """No proposer_costs, costs of another strategy, or of another pair: the proposer is not wrapped and the modelled
     seconds are those of a proposer built without the hook."""
-    from ouroboros.decode import decode
+    from ouroboros.loop.decode import decode
     from ouroboros.strategies import build_proposer
 
     pair = make_pair(load_conf("model", "qwen_coder"), hardware(), {})

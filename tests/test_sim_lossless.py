@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategy_params import PARAMS
 
-from ouroboros.decode import decode
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import REGISTRY, build_proposer
 from simulators import make_pair
 from simulators.simconfig import CORPORA
@@ -23,7 +23,7 @@ def _memory_file() -> str:
     import os
     import tempfile
 
-    from ouroboros.datastore import Datastore
+    from ouroboros.strategies.datastore import Datastore
     from simulators.surrogate import NGramLM, plain_config
 
     path = os.path.join(tempfile.mkdtemp(prefix="recall-"), "memory.npz")
@@ -229,7 +229,7 @@ def test_novel_local_contexts_continue_phrases_without_looping():
 
 
 def _memory(n: int = 30000):
-    from ouroboros.datastore import Datastore
+    from ouroboros.strategies.datastore import Datastore
     from simulators.surrogate import NGramLM, plain_config
 
     return Datastore.build([NGramLM(plain_config()).corpus.ids[:n]])
@@ -267,7 +267,7 @@ def test_recall_goes_on_with_known_text_after_a_wrong_token():
     without a memory, or at recall 0, it mostly does not. Its own text (no wrong token read) is unchanged."""
     import random
 
-    from ouroboros.datastore import Datastore
+    from ouroboros.strategies.datastore import Datastore
     from simulators.surrogate import NGramLM, plain_config
 
     rng = random.Random(0)

@@ -10,8 +10,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from ouroboros.config import validate
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import build_proposer
 from simulators.architectures import PairProfile, conf_root, load_conf
 from simulators.cost_model import from_spec

@@ -80,8 +80,8 @@ def test_bad_inputs_one_line(tmp_path, capsys):
 
 
 def test_a_stopped_recording_keeps_its_finished_prompts(tmp_path, capsys, monkeypatch):
-    from ouroboros import harness
     from ouroboros.errors import OuroborosError
+    from ouroboros.running import harness
 
     real_call = harness.StrategyRunner.__call__
 

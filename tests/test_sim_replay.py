@@ -7,9 +7,9 @@ from conftest import get_draft, get_model
 from reference import reference_greedy
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.datasets import Prompt
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
+from ouroboros.prompts.datasets import Prompt
 from ouroboros.strategies import build_proposer
 from simulators import CostModel, ProxyBackend, SimClock, make_pair
 from simulators.architectures import load_conf
@@ -120,8 +120,8 @@ def test_realcheck_recording_replays_with_no_unrecorded_context(tmp_path, monkey
 def test_a_context_answered_two_ways_replays_as_answered(tmp_path):
     """A near-tie (the real model answering one context differently in two forwards) is kept per forward: the
     replay's forward n gets the answer of the recording's forward n, so the replay still makes every decision."""
-    from ouroboros.contracts import Scores
-    from ouroboros.draft import Draft
+    from ouroboros.loop.contracts import Scores
+    from ouroboros.loop.draft import Draft
     from simulators.replay import load_trace, trace_lms
 
     class Flaky(HFBackend):

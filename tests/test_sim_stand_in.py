@@ -14,11 +14,11 @@ from cli_helper import run_module
 from hydra import compose, initialize_config_dir
 
 from ouroboros.config import apply_explicit, explicit_notices, validate
-from ouroboros.datastore import SEP, Datastore
 from ouroboros.errors import OuroborosError
-from ouroboros.session import load_backends, pair_key, proposer_params
-from ouroboros.sinks import load_records
+from ouroboros.running.session import load_backends, pair_key, proposer_params
+from ouroboros.running.sinks import load_records
 from ouroboros.strategies import NO_DATASTORE
+from ouroboros.strategies.datastore import SEP, Datastore
 from simulators.corpus import CODE_MODULES, PACKAGE_MODULES, corpus_text, load_corpus, stand_in_docs
 from simulators.simconfig import CORPORA, SimConfig
 from simulators.stand_in import build, rest_stand_in

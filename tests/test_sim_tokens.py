@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fixtures.tiny_tokenizer import make_tokenizer
 
-from ouroboros.datasets import load_prompts
 from ouroboros.errors import OuroborosError
+from ouroboros.prompts.datasets import load_prompts
 from simulators.architectures import load_conf
 from simulators.corpus import load_corpus
 from simulators.pair import make_pair, sim_options
@@ -109,7 +109,7 @@ def test_bpe_pieces_carry_their_leading_space():
 
 
 def test_bpe_surrogate_is_lossless():
-    from ouroboros.decode import decode
+    from ouroboros.loop.decode import decode
     from ouroboros.strategies import build_proposer
 
     pair = make_pair(load_conf("model", "yi34b_6b"), load_conf("hardware", "a800x2"), {"pieces": "bpe"})

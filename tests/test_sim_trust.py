@@ -12,9 +12,9 @@ from hydra import compose, initialize_config_dir
 
 from ouroboros.config import apply_explicit, explicit_notices, validate
 from ouroboros.errors import OuroborosError
-from ouroboros.record import Record
-from ouroboros.sinks import read_records
-from ouroboros.table import format_table, speedup_ranks
+from ouroboros.running.record import Record
+from ouroboros.running.sinks import read_records
+from ouroboros.running.table import format_table, speedup_ranks
 from simulators import trust
 from simulators.lab.calibration.bands import quantile, summarise
 from simulators.lab.calibration.measured import calibrate_measured
@@ -244,7 +244,7 @@ def test_the_committed_bands_are_measured_on_held_out_figures_only():
 
 
 def test_wandb_metrics_carry_the_band():
-    from ouroboros.sinks import point_metrics
+    from ouroboros.running.sinks import point_metrics
 
     rec = {"totals": {k: 1.0 for k in ("tokens_per_s", "mean_tokens_per_s", "new_tokens", "elapsed_s",
                                        "block_efficiency", "accepted_length", "match_per_forward", "target_forwards",

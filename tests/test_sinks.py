@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 from test_sweep import sweep_records
 
-from ouroboros.sinks import RecordFile, WandbMirror, _log_chunks, _parse, read_records, read_wandb_run, summary_line
+from ouroboros.running.sinks import (
+    RecordFile,
+    WandbMirror,
+    _log_chunks,
+    _parse,
+    read_records,
+    read_wandb_run,
+    summary_line,
+)
 
 
 def test_append_index_and_torn_tail(tmp_path):

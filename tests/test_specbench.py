@@ -6,7 +6,7 @@ import pytest
 from test_sweep import sweep_records
 
 from ouroboros.errors import OuroborosError
-from ouroboros.sources import read_questions
+from ouroboros.prompts.sources import read_questions
 from ouroboros.specbench import main, write_answers
 
 QUESTIONS = [{"question_id": 81, "category": "writing", "turns": ["Write a poem.", "Shorter."]},
@@ -49,7 +49,7 @@ def test_answers_match_the_records(tmp_path):
     lines = [json.loads(x) for x in open(tmp_path / "ans" / "llama70b_7b-speculative.jsonl")]
     assert [a["question_id"] for a in lines] == sorted(p["prompt_id"] for p in spec.prompts)
     assert all(a["choices"][0]["turns"][0] for a in lines) and lines[0]["clock"] == "modelled"
-    from ouroboros.sources import read_answers  # an answer file is a turn-2 run's `dataset.answers`
+    from ouroboros.prompts.sources import read_answers  # an answer file is a turn-2 run's `dataset.answers`
 
     texts = read_answers(str(tmp_path / "ans" / "llama70b_7b-vanilla.jsonl"))
     assert texts == {str(p["prompt_id"]): p["text"] for p in recs[0].prompts} and all(texts.values())

@@ -8,8 +8,8 @@ from conftest import get_draft, get_model
 from reference import reference_greedy
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import build_proposer
 from ouroboros.strategies.speculative import hf_next_length
 from simulators.lab.calibration.paper_fit import TASKS, task_pair

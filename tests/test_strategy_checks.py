@@ -20,8 +20,9 @@ from reference import reference_greedy
 from strategy_params import PARAMS
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
+from ouroboros.backends.tiny import perturbed, tiny_config, tiny_model
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import (
     REGISTRY,
     build_proposer,
@@ -31,7 +32,6 @@ from ouroboros.strategies import (
     make_config,
     tree_models,
 )
-from ouroboros.tiny import perturbed, tiny_config, tiny_model
 
 SIM = ["model=llama70b_7b", "hardware=a800x2", "dataset.num_prompts=1", "dataset.task=none", "max_new_tokens=4",
        "logger=quiet"]

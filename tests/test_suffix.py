@@ -20,8 +20,8 @@ from conftest import get_model
 from reference import reference_greedy
 
 from ouroboros.backends.hf import HFBackend
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import build_proposer, check_files, make_config
 from ouroboros.strategies import suffix as sx
 from ouroboros.strategies.suffix import SuffixCache, SuffixTree

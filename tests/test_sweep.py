@@ -13,9 +13,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from ouroboros.config import validate
-from ouroboros.executor import make_executor
-from ouroboros.record import Record
-from ouroboros.sinks import read_records
+from ouroboros.running.executor import make_executor
+from ouroboros.running.record import Record
+from ouroboros.running.sinks import read_records
 from ouroboros.sweep import plan, run_points
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 from test_sweep import CONF, SMALL
 
 from ouroboros.config import validate
-from ouroboros.executor import make_executor
+from ouroboros.running.executor import make_executor
 from ouroboros.strategies import make_config
 from ouroboros.tune import tune, write_strategy_yaml
 

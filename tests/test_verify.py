@@ -1,5 +1,5 @@
-from ouroboros.draft import PROBE, Draft
-from ouroboros.verify import verify_greedy
+from ouroboros.loop.draft import PROBE, Draft
+from ouroboros.loop.verify import verify_greedy
 
 
 def test_golden_docstring_example():

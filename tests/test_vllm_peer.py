@@ -16,7 +16,7 @@ import torch
 from cli_helper import run_module
 
 from ouroboros.errors import OuroborosError
-from ouroboros.peer_configs import PEERS, VLLMConfig, VLLMDraftConfig, VLLMNgramConfig, VLLMSuffixConfig
+from ouroboros.running.peer_configs import PEERS, VLLMConfig, VLLMDraftConfig, VLLMNgramConfig, VLLMSuffixConfig
 from ouroboros.strategies import carries_state, check_files, get_spec, is_peer, make_config
 from ouroboros.vllm import client, env, protocol
 from ouroboros.vllm.protocol import EngineSpec, GenerateRequest, GenerateResult, SpecCounts
@@ -384,7 +384,7 @@ def test_real_vllm_greedy_and_ngram_equal_our_vanilla_in_fp32(tmp_path):
     real_venv()
     from transformers import AutoModelForCausalLM
 
-    from ouroboros.tiny import tiny_model
+    from ouroboros.backends.tiny import tiny_model
 
     tiny_model("qwen2", seed=0, vocab_size=256, hidden_size=128, layers=2, heads=2, kv_heads=1,
                max_positions=512).save_pretrained(tmp_path / "m")
@@ -410,7 +410,7 @@ def test_peer_builds_with_tensor_parallel_2(tmp_path):
     real_venv()
     from transformers import AutoModelForCausalLM
 
-    from ouroboros.tiny import tiny_model
+    from ouroboros.backends.tiny import tiny_model
 
     tiny_model("qwen2", seed=0, vocab_size=256, hidden_size=256, layers=2, heads=4, kv_heads=2,
                max_positions=512).save_pretrained(tmp_path / "m")

@@ -17,6 +17,7 @@ def test_no_core_module_is_entered_more_than_twice(name, tmp_path):
     w = walk(module, *args, "dataset.num_prompts=1", "max_new_tokens=8", "logger=quiet", f"out={tmp_path}/r.jsonl",
              tmp=tmp_path)
     assert w.code == 0, w.err[-2000:]
-    assert {"ouroboros.config", "ouroboros.point", "ouroboros.executor", "ouroboros.session"} <= set(w.stays)
+    core = {"ouroboros.config", "ouroboros.running.point", "ouroboros.running.executor", "ouroboros.running.session"}
+    assert core <= set(w.stays)
     assert module in w.stays and w.boundary       # the entry point and the backend kind were walked through
     assert max(w.entries().values()) <= 2, " -> ".join(w.stays)

@@ -5,7 +5,7 @@ that prompt's own answer. On the simulator (deterministic tokens) every step of 
 
 import pytest
 
-from ouroboros.harness import StrategyRun, StrategyRunner, run_prompts
+from ouroboros.running.harness import StrategyRun, StrategyRunner, run_prompts
 from simulators import make_pair
 from simulators.architectures import load_conf
 

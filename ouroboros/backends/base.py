@@ -1,7 +1,8 @@
 """What every backend shares beyond the contract: the wall clock, the bookkeeping of a backend that computes its own
 forwards (`SequenceBackend`: hf and sim), the base of backends that wrap another (`BackendWrapper`), and the one
 boundary between the core and a backend kind (`BackendKind`, the pair it opens: `OpenPair`). The protocol itself
-(`Backend`, `Scores`, `Counters`, `Clock`) lives in `ouroboros/contracts.py` and is re-exported here; the error type
+(`Backend`, `Scores`, `Counters`, `Clock`) lives in `ouroboros/loop/contracts.py` and is re-exported here; the error
+type
 and the command-line error convention (`OuroborosError`, `cli`, `report_error`) in `ouroboros/errors.py`.
 
 Backends know nothing of strategies, verification rules, budgets or logging.
@@ -13,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ouroboros.contracts import Backend, Clock, Counters, Scores
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.contracts import Backend, Clock, Counters, Scores
 
 __all__ = ["Backend", "BackendKind", "BackendWrapper", "Clock", "Counters", "OpenPair", "Scores", "SequenceBackend",
            "WallClock"]

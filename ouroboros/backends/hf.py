@@ -20,7 +20,7 @@ ALiBi). Such a model scores chains only; a tree draft is refused with a one-line
 Under load, `score_batch` runs one padded forward over several rows of one model and `HFEngine` is the batched
 serving engine built on it. The sequence bookkeeping (tokens, cache length, the score -> commit order, rollback) is
 `SequenceBackend`'s, shared with the simulator's backend. `HF` is the backend kind (`BackendKind`, the core's own:
-ouroboros/backends/registry.py): its load-time checks, its pair (ouroboros/models.py `load_pair`), its engine.
+ouroboros/backends/registry.py): its load-time checks, its pair (ouroboros/backends/models.py `load_pair`), its engine.
 
 This module knows nothing of strategies, verification or budgets.
 """
@@ -35,8 +35,8 @@ import torch
 from transformers import DynamicCache
 
 from ouroboros.backends.base import BackendKind, OpenPair, Scores, SequenceBackend, WallClock
-from ouroboros.draft import Draft, additive_mask
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.draft import Draft, additive_mask
 
 _LAYER_TYPES = ("full_attention", "sliding_attention")
 
@@ -154,7 +154,7 @@ class HFBackend(SequenceBackend):
     @torch.inference_mode()
     def top2_margin(self, prefix: list[int]) -> float:
         """The target's top-1 minus top-2 logit after `prefix`, from a fresh forward (the cache is not touched):
-        how close a divergence's position is to a tie (ouroboros/divergence.py)."""
+        how close a divergence's position is to a tie (ouroboros/running/divergence.py)."""
         ids = torch.tensor([prefix], dtype=torch.long, device=self.device)  # [1, L]
         logits = self.model(input_ids=ids, logits_to_keep=1, use_cache=False).logits[0, -1]  # [V]
         top = torch.topk(logits.float(), 2).values
@@ -306,7 +306,8 @@ class HFEngine:
 
 
 class HFKind(BackendKind):
-    """backend=hf: real transformers models (ouroboros/models.py loads them), timed by the wall clock; peers run on
+    """backend=hf: real transformers models (ouroboros/backends/models.py loads them), timed by the wall clock; peers
+    run on
     them, prompts are read with their tokenizer, each prefill under load is its own forward."""
 
     name = HFBackend.kind
@@ -314,8 +315,8 @@ class HFKind(BackendKind):
     model_tokenizer = True
 
     def setup(self, run: Any) -> None:
+        from ouroboros.backends.models import check_device, parse_dtype
         from ouroboros.checks import check_range
-        from ouroboros.models import check_device, parse_dtype
 
         parse_dtype(run.backend.dtype)
         check_device(run.backend.device)
@@ -338,7 +339,7 @@ class HFKind(BackendKind):
                                      "every strategy on this model with serve.concurrency=0 or 1")
 
     def open_pair(self, run: Any, stand_in: bool = False) -> OpenPair:
-        from ouroboros.models import load_pair
+        from ouroboros.backends.models import load_pair
 
         if run.backend.threads:
             torch.set_num_threads(run.backend.threads)

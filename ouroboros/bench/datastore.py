@@ -1,7 +1,8 @@
 """REST retrieval benchmark: one lookup = `Datastore.continuations` + `continuation_tree` (what REST's proposer
 does per draft), timed on contexts cut from the datastore's own corpus (each the `--ctx` tokens before a random
 position, so the longest-suffix match, the occurrence count and the trie are a corpus's real ones). With
-`--against FILE` (another version of ouroboros/datastore.py, e.g. `git show <rev>:ouroboros/datastore.py >
+`--against FILE` (another version of ouroboros/strategies/datastore.py, e.g. `git show
+<rev>:ouroboros/strategies/datastore.py >
 /tmp/old.py`) both versions run the same lookups in the same process, alternating in rounds, and the trees are
 compared.
 
@@ -20,14 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from ouroboros import datastore as current
 from ouroboros.argparser import ArgumentParser
 from ouroboros.errors import OuroborosError, cli
+from ouroboros.strategies import datastore as current
 from ouroboros.strategies.rest import RestConfig
 
 
 def load_version(path: str) -> Any:
-    """A datastore module from a file (another version of ouroboros/datastore.py)."""
+    """A datastore module from a file (another version of ouroboros/strategies/datastore.py)."""
     if not os.path.isfile(path):
         raise OuroborosError(f"--against {path}: no such file")
     spec = importlib.util.spec_from_file_location("datastore_against", path)
@@ -36,7 +37,7 @@ def load_version(path: str) -> Any:
     spec.loader.exec_module(mod)
     for name in ("Datastore", "continuation_tree"):
         if not hasattr(mod, name):
-            raise OuroborosError(f"--against {path} has no {name}: not a version of ouroboros/datastore.py")
+            raise OuroborosError(f"--against {path} has no {name}: not a version of ouroboros/strategies/datastore.py")
     return mod
 
 
@@ -57,7 +58,8 @@ def lookups(mod: Any, ds: Any, ctxs: list[list[int]], cfg: RestConfig) -> tuple[
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m ouroboros.bench.datastore", description=__doc__.split("\n\n")[0])
     ap.add_argument("--datastore", required=True, help="a .npz from python -m ouroboros.rest_datastore")
-    ap.add_argument("--against", default=None, help="another version of ouroboros/datastore.py to compare with")
+    ap.add_argument("--against", default=None, help="another version of ouroboros/strategies/datastore.py to compare "
+                    "with")
     ap.add_argument("--lookups", type=int, default=900)
     ap.add_argument("--ctx", type=int, default=16, help="context tokens per lookup")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds (the best is reported)")

@@ -1,5 +1,6 @@
 """`python -m ouroboros.bench.forward`: what one forward over k new tokens costs on this machine, t(k) / t(1), with
-torch's own bf16 kernels and with the routed linears (`model.bf16_upcast_rows`, `ouroboros.kernels`) side by side
+torch's own bf16 kernels and with the routed linears (`model.bf16_upcast_rows`, `ouroboros.backends.kernels`) side by
+side
 in one process, the two alternating per k. Drafting pays off where t(k) stays near t(1).
 
     python -m ouroboros.bench.forward --model qwen-coder --which target --ks 1,2,4,8,16,32 --ctx 150 --threads 1
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args(argv)
     from ouroboros.argparser import parse_kind
-    from ouroboros.models import load_pair, upcast_bf16_linears
+    from ouroboros.backends.models import load_pair, upcast_bf16_linears
 
     try:
         ks = [int(k) for k in a.ks.split(",")]

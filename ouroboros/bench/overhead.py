@@ -19,10 +19,10 @@ import torch
 
 from ouroboros.argparser import ArgumentParser
 from ouroboros.backends.hf import HFBackend
-from ouroboros.datasets import synthetic_prompts
-from ouroboros.decode import decode
+from ouroboros.backends.models import load_pair
 from ouroboros.errors import OuroborosError, cli
-from ouroboros.models import load_pair
+from ouroboros.loop.decode import decode
+from ouroboros.prompts.datasets import synthetic_prompts
 from ouroboros.strategies import build_proposer
 
 
@@ -80,7 +80,7 @@ class ForwardTimer:
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", nargs="*", default=["kind=tiny", "hidden_size=256", "layers=4"],
-                    help="model spec as key=value pairs (passed to ouroboros.models.load_pair)")
+                    help="model spec as key=value pairs (passed to ouroboros.backends.models.load_pair)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--prompts", type=int, default=16)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     model.generation_config.eos_token_id = None
     target = HFBackend(model)
     if pair.tokenizer is not None:
-        from ouroboros.datasets import load_prompts
+        from ouroboros.prompts.datasets import load_prompts
 
         prompts = [p.ids for p in load_prompts({"kind": "humaneval", "limit": args.prompts}, pair.tokenizer,
                                                target.vocab_size)]

@@ -1,4 +1,4 @@
-"""Serving under load, below its entry (`ouroboros/batch.py`: `serve`, `slot_factory`, `engine_for`):
+"""Serving under load, below its entry (`ouroboros/serving/batch.py`: `serve`, `slot_factory`, `engine_for`):
 
     load.py        Request, Load (closed / open loop), arrivals, Served / ServeResult (the serving metrics) and the
                    serving checks that config.py and serve() share

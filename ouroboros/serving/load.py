@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ouroboros.errors import OuroborosError
-from ouroboros.metrics import PromptResult
+from ouroboros.loop.metrics import PromptResult
 from ouroboros.strategies import make_config
 
 PREFILL_MODES = ("batched", "separate")

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from ouroboros.contracts import DecodeState, Scores
-from ouroboros.decode import max_candidate_depth
-from ouroboros.draft import Draft
+from ouroboros.loop.contracts import DecodeState, Scores
+from ouroboros.loop.decode import max_candidate_depth
+from ouroboros.loop.draft import Draft
 
 
 class BatchCost(Protocol):

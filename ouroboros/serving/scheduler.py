@@ -8,7 +8,7 @@ batched verification) over every request waiting on that model, then lets those 
 Each request thus verifies and commits its own tree, exactly as alone (batched scoring is exact per row), while the
 engine's clock is charged once per batched forward. Joining requests' prefills go first.
 
-Knows nothing of which backend, which strategy or which load (ouroboros/batch.py `serve` admits the requests).
+Knows nothing of which backend, which strategy or which load (ouroboros/serving/batch.py `serve` admits the requests).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ouroboros.backends.base import BackendWrapper
-from ouroboros.contracts import Clock, Scores
-from ouroboros.draft import Draft
-from ouroboros.metrics import PromptResult
+from ouroboros.loop.contracts import Clock, Scores
+from ouroboros.loop.draft import Draft
+from ouroboros.loop.metrics import PromptResult
 from ouroboros.serving.load import DRAFT, PREFILL, TARGET, Request
 
 __all__ = ["DRAFT", "PREFILL", "TARGET", "Engine", "Row", "Scheduler", "Task"]

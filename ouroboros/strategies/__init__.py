@@ -20,7 +20,7 @@ from typing import Any
 
 from ouroboros.backends.base import Backend
 from ouroboros.errors import OuroborosError
-from ouroboros.peer_configs import PEERS, PeerSpec
+from ouroboros.running.peer_configs import PEERS, PeerSpec
 from ouroboros.strategies.base import ChecksFiles, DecodeState, Proposer
 from ouroboros.strategies.cascade import CascadeConfig, CascadeProposer
 from ouroboros.strategies.lookahead import LookaheadConfig, LookaheadProposer
@@ -66,7 +66,7 @@ REGISTRY: dict[str, StrategySpec] = {
 
 
 def get_spec(name: str) -> StrategySpec | PeerSpec:
-    """A registered strategy, or a peer (transformers' own generate: ouroboros/peer_configs.py), by name."""
+    """A registered strategy, or a peer (transformers' own generate: ouroboros/running/peer_configs.py), by name."""
     if name in PEERS:
         return PEERS[name]
     if name not in REGISTRY:

@@ -1,4 +1,4 @@
-"""What a strategy is: the `Proposer` protocol (defined in ouroboros/contracts.py, re-exported here). Two working
+"""What a strategy is: the `Proposer` protocol (defined in ouroboros/loop/contracts.py, re-exported here). Two working
 methods (propose, observe) plus lifecycle:
 
 - `begin(prompt)`: a new prompt starts (prefill the proposer's own model, index the prompt, ...).
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from ouroboros.contracts import Counters, DecodeState, Proposer, Scores
-from ouroboros.verify import Verdict
+from ouroboros.loop.contracts import Counters, DecodeState, Proposer, Scores
+from ouroboros.loop.verify import Verdict
 
 __all__ = ["ChecksFiles", "DecodeState", "ModelFreeProposer", "Proposer"]
 

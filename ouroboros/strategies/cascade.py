@@ -23,15 +23,15 @@ import numpy as np
 
 from ouroboros.backends.base import Backend, Scores
 from ouroboros.checks import check_range
-from ouroboros.decode import run_steps
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import run_steps
+from ouroboros.loop.draft import Draft
+from ouroboros.loop.verify import Verdict
 from ouroboros.strategies.base import DecodeState, Proposer
 from ouroboros.strategies.pld import PLDConfig, PLDProposer, lookup_continuation
 from ouroboros.strategies.speculative import check_pair
 from ouroboros.strategies.stats import Drafting, Horizontal, prefixed
 from ouroboros.strategies.vanilla import VanillaProposer
-from ouroboros.verify import Verdict
 
 
 @dataclass

@@ -24,12 +24,12 @@ import random
 from dataclasses import dataclass
 
 from ouroboros.backends.base import Counters, Scores
-from ouroboros.draft import PROBE, Draft
 from ouroboros.errors import OuroborosError
-from ouroboros.phrase_pool import Phrase, PhrasePool
+from ouroboros.loop.draft import PROBE, Draft
+from ouroboros.loop.verify import Verdict
 from ouroboros.strategies.base import DecodeState
+from ouroboros.strategies.phrase_pool import Phrase, PhrasePool
 from ouroboros.strategies.stats import Harvest, PoolUse, pool_size
-from ouroboros.verify import Verdict
 
 
 @dataclass

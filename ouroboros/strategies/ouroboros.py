@@ -32,12 +32,11 @@ from dataclasses import dataclass
 
 from ouroboros.backends.base import Backend, Scores
 from ouroboros.checks import check_range
-from ouroboros.contracts import SharesPool
-from ouroboros.decode import run_steps
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
-from ouroboros.phrase_pool import FORMAT, Phrase, PhrasePool, read_pool
-from ouroboros.saved import check_save
+from ouroboros.loop.contracts import SharesPool
+from ouroboros.loop.decode import run_steps
+from ouroboros.loop.draft import Draft
+from ouroboros.loop.verify import Verdict
 from ouroboros.strategies.base import DecodeState, Proposer
 from ouroboros.strategies.lookahead import (
     LookaheadConfig,
@@ -46,10 +45,11 @@ from ouroboros.strategies.lookahead import (
     add_prompt_phrases,
     hang_phrases,
 )
+from ouroboros.strategies.phrase_pool import FORMAT, Phrase, PhrasePool, read_pool
+from ouroboros.strategies.saved import check_save
 from ouroboros.strategies.speculative import check_pair
 from ouroboros.strategies.stats import Drafting, Harvest, PoolUse, pool_size, prefixed
 from ouroboros.strategies.vanilla import VanillaProposer
-from ouroboros.verify import Verdict
 
 
 @dataclass

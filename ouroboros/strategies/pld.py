@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ouroboros.checks import check_range
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.draft import Draft
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 
 

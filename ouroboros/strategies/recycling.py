@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 from ouroboros.backends.base import Backend, Scores
 from ouroboros.checks import check_range
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.draft import Draft
+from ouroboros.loop.verify import Verdict
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 from ouroboros.strategies.stats import PoolUse
-from ouroboros.verify import Verdict
 
 SOURCE = "matrix"
 # The official code's default template (Luowaterbi/TokenRecycling, model/recycling/tree_template_.py, version

@@ -4,10 +4,11 @@ merged into a count trie and the num_nodes most frequent nodes become the draft 
 
 The datastore comes from a file built by `python -m ouroboros.rest_datastore` (`datastore: path`) or, for
 tests and toy runs, from token ids given inline (`corpus: [...]`, one document). With neither, only the simulator
-has one to give (its stand-in, put in `datastore` where the run builds the proposer: ouroboros/executor.py); a real
+has one to give (its stand-in, put in `datastore` where the run builds the proposer: ouroboros/running/executor.py); a
+real
 backend refuses the run before any work (ouroboros/config.py, `NO_DATASTORE`).
 
-This module knows nothing of models; retrieval lives in `ouroboros/datastore.py`.
+This module knows nothing of models; retrieval lives in `ouroboros/strategies/datastore.py`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ouroboros.backends.base import Backend
-from ouroboros.datastore import Datastore, continuation_tree
-from ouroboros.draft import CANDIDATE, Draft
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.draft import CANDIDATE, Draft
+from ouroboros.loop.verify import Verdict
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
+from ouroboros.strategies.datastore import Datastore, continuation_tree
 from ouroboros.strategies.stats import PoolUse
-from ouroboros.verify import Verdict
 
 NO_DATASTORE = ("rest needs a datastore: strategy=rest strategy.params.datastore=PATH (a .npz built by `python -m "
                 "ouroboros.rest_datastore`; in a sweep too); only backend=sim has a stand-in of its own")

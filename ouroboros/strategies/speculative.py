@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 from ouroboros.backends.base import Backend, Scores
 from ouroboros.checks import check_range
-from ouroboros.decode import run_steps
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import run_steps
+from ouroboros.loop.draft import Draft
+from ouroboros.loop.verify import Verdict
 from ouroboros.strategies.base import DecodeState
 from ouroboros.strategies.vanilla import VanillaProposer
-from ouroboros.verify import Verdict
 
 if TYPE_CHECKING:  # torch is needed by sampled drafts only (imported there)
     import torch
@@ -36,14 +36,14 @@ if TYPE_CHECKING:  # torch is needed by sampled drafts only (imported there)
 
 class _DraftSampler:
     """Inner-loop verifier for the draft model: draws each draft token from q and keeps q's rows, so the target
-    can apply the rejection rule (ouroboros.sampling, rule 2). Its draws come from the outer run's sampling
+    can apply the rejection rule (ouroboros.loop.sampling, rule 2). Its draws come from the outer run's sampling
     stream when there is one (`outer`), else from its own seeded stream (greedy runs)."""
 
     needs_logits = True
     samples = False  # its inner proposer (vanilla) draws nothing of its own
 
     def __init__(self, cfg):
-        from ouroboros.sampling import SamplingVerifier
+        from ouroboros.loop.sampling import SamplingVerifier
 
         self._own = SamplingVerifier(cfg)
         self.cfg = cfg
@@ -56,7 +56,7 @@ class _DraftSampler:
     def __call__(self, draft: Draft, scores: Scores, state: DecodeState) -> Verdict:
         import torch
 
-        from ouroboros.sampling import warp
+        from ouroboros.loop.sampling import warp
 
         q = warp(scores.logits, self.cfg)  # [1, V] (the inner proposer is vanilla: empty draft)
         self.rows.append(q[0])
@@ -122,7 +122,7 @@ class SpeculativeProposer:
         self._n = cfg.gamma  # scheduled draft length (changes only with schedule="hf"; kept across prompts)
         self._sampler: _DraftSampler | None = None
         if cfg.draft_temperature > 0:
-            from ouroboros.sampling import SamplingConfig
+            from ouroboros.loop.sampling import SamplingConfig
 
             self._sampler = _DraftSampler(SamplingConfig(cfg.draft_temperature, cfg.draft_top_p, cfg.draft_top_k,
                                                          cfg.draft_seed))

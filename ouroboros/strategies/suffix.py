@@ -39,12 +39,12 @@ from typing import Any
 
 from ouroboros.backends.base import Backend
 from ouroboros.checks import check_range
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
-from ouroboros.saved import check_save, read_doc, write_doc
+from ouroboros.loop.draft import Draft
+from ouroboros.loop.verify import Verdict
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
+from ouroboros.strategies.saved import check_save, read_doc, write_doc
 from ouroboros.strategies.stats import PoolUse
-from ouroboros.verify import Verdict
 
 FORMAT = "ouroboros-suffix-cache"
 VERSION = 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ouroboros.draft import Draft
+from ouroboros.loop.draft import Draft
 from ouroboros.strategies.base import DecodeState, ModelFreeProposer
 
 

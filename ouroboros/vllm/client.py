@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.errors import OuroborosError
-from ouroboros.metrics import PromptResult, StepRecord
-from ouroboros.peer_configs import VLLMConfig
-from ouroboros.sampling import SamplingConfig, stream_seed
+from ouroboros.loop.metrics import PromptResult, StepRecord
+from ouroboros.loop.sampling import SamplingConfig, stream_seed
+from ouroboros.running.peer_configs import VLLMConfig
 from ouroboros.vllm.env import check_venv
 from ouroboros.vllm.protocol import EngineSpec, GenerateRequest, GenerateResult, Ready, decode, encode, result_from
 

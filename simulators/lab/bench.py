@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from ouroboros.decode import decode
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.architectures import load_conf
 from simulators.pair import make_pair

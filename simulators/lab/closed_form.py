@@ -11,7 +11,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ouroboros.decode import decode
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import build_proposer
 from simulators.architectures import load_conf
 from simulators.pair import make_pair

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.errors import OuroborosError
-from ouroboros.sources import need_field, packaged_file, read_answers, read_jsonl
+from ouroboros.prompts.sources import need_field, packaged_file, read_answers, read_jsonl
 from simulators.corpus import PieceTokenizer, RealTokenizer, load_corpus
 from simulators.simconfig import SimConfig
 from simulators.surrogate import INDUCTION_MAX, NGramLM, longest_match, plain_config
@@ -296,8 +296,8 @@ def category_of(runs: dict[str, Any], records: str) -> dict[str, str]:
     """prompt id -> its dataset category, from the records' dataset configs (rendered again, no tokenizer)."""
     import json
 
-    from ouroboros.datasets import load_records
-    from ouroboros.sinks import read_lines
+    from ouroboros.prompts.datasets import load_records
+    from ouroboros.running.sinks import read_lines
 
     out: dict[str, str] = {}
     seen = set()

@@ -292,7 +292,7 @@ def load_tasks(path: str | Path) -> tuple[tuple[Task, ...], str]:
 def records_task(path: str, model: str, task: str, hardware: str, corpus: str | None) -> Task:
     """One task from a real run's records: the latest speculative point on backend hf and the vanilla point it
     was measured against (token/s of both, SpS block efficiency, its gamma / schedule, budget and prompt lengths)."""
-    from ouroboros.sinks import load_records
+    from ouroboros.running.sinks import load_records
 
     if not Path(path).exists():
         raise OuroborosError(f"--records {path!r} does not exist")

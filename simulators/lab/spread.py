@@ -95,7 +95,7 @@ def prompt_rows(paths: list[str], model: str, dataset: str | None) -> tuple[dict
     """(point name -> prompt id -> Prompt, point name -> strategy), from every real greedy point of the files
     (vanilla included: its eta is 1, a check that the records are what they say). A point is its label and
     parameters: one label with other parameters in another file is another point, named `label [2]`."""
-    from ouroboros.sinks import RecordFile
+    from ouroboros.running.sinks import RecordFile
     from simulators.lab.decisions.stats import real_points
 
     out: dict[str, dict[str, Prompt]] = {}

@@ -23,7 +23,7 @@ def outputs_trace(path: str, point: str = "vanilla", dataset: str | None = None,
     rendered again from the record's dataset config with the pair's tokenizer (`prompts(dataset config, seed)`
     overrides: decisions.real_prompts's signature); `ids`: only these prompts. meta.source = "outputs" marks such a
     trace."""
-    from ouroboros.sinks import RecordFile
+    from ouroboros.running.sinks import RecordFile
     from simulators.lab.decisions.stats import real_points, real_prompts
 
     chosen = real_points(path, model, dataset, lambda r: r["label"] == point, repr(point))

@@ -134,7 +134,7 @@ def speedup_cells(specs: list[str], out=print) -> list[dict[str, Any]]:
     profile was fitted to and simulated sweeps of the same prompts and points (seeds pooled) on a clock calibrated
     on that machine; one cell per strategy: the modelled speedup over vanilla against the measured one. Everything
     is read and checked before any cell is made (one line per bad input)."""
-    from ouroboros.sinks import read_lines
+    from ouroboros.running.sinks import read_lines
     from simulators.sim_profiles import load_profile
 
     def points(path: str, flag: str) -> dict[str, dict[str, Any]]:

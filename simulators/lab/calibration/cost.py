@@ -51,8 +51,8 @@ from typing import Any
 import yaml
 
 from ouroboros.backends.base import WallClock
-from ouroboros.draft import Draft
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.draft import Draft
 from ouroboros.paths import check_writable
 from simulators.architectures import conf_root, load_conf
 from simulators.cost_model import MIN_FIT_POINTS, CostModel, FitPoint, FitReport, fit
@@ -215,7 +215,7 @@ def recorded_steps(paths: list[str], why: str) -> Iterator[tuple[str, int, dict[
     before it, the step, its round = (file, prompt id)), each (point, prompt) once; a missing file or simulated
     points are one line (`why`: what needs real records). A round: an interleaved sweep decodes one prompt with every
     point in turn, so a round's steps ran minutes apart at most, in one state of the machine."""
-    from ouroboros.sinks import read_lines
+    from ouroboros.running.sinks import read_lines
 
     for path in paths:
         if not os.path.isfile(path):
@@ -375,7 +375,7 @@ def write_profile(path: str, name: str, costs: dict[str, CostModel], threads: in
 
 def load_backends(model: dict[str, Any], dtype: str, device: str = "cpu"):
     from ouroboros.backends.hf import HFBackend
-    from ouroboros.models import load_pair
+    from ouroboros.backends.models import load_pair
 
     pair = load_pair(model, dtype=dtype, device=device)
     out = {"target": HFBackend(pair.target, name="target")}
@@ -404,7 +404,7 @@ def random_backends(model: dict[str, Any], dtype: str, device: str, attention: s
     from transformers import AutoModelForCausalLM
 
     from ouroboros.backends.hf import HFBackend
-    from ouroboros.models import check_device, parse_dtype
+    from ouroboros.backends.models import check_device, parse_dtype
     from simulators.architectures import PairProfile
 
     pair = PairProfile.from_model_cfg(model)
@@ -443,7 +443,7 @@ def add_args(ap) -> None:
                     help="per point: the median of the repeats (typical in-loop time) or the fastest")
     ap.add_argument("--tree", action="store_true", help="time tree-masked forwards instead of chains")
     ap.add_argument("--batches", default="1", help="also time batched forwards of B rows (e.g. 1,2,4,8): the batched "
-                                                   "cost model (ouroboros/batch.py) is fitted on all points")
+                                                   "cost model (ouroboros/serving/batch.py) is fitted on all points")
     ap.add_argument("--batch-ks", default="1,2,3,5,8", help="k per row of the batched points")
     ap.add_argument("--batch-ctxs", default="128,384", help="ctx per row of the batched points")
     ap.add_argument("--weights", choices=["real", "random"], default="real",

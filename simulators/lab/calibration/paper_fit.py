@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
+from ouroboros.loop.decode import decode
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.architectures import load_conf
 from simulators.cost_model import CostModel

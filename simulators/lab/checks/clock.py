@@ -25,7 +25,8 @@ The decisions are the real ones, so what differs is the clock's. Fit the clock o
 decisions on an H100's clock). Not a test: timings are reported, never asserted.
 
 `--batches 1,2,4`: also under load. Each run then decodes all its prompts with continuous batching
-(ouroboros/batch.py: one real batched forward per model per step, B requests at a time; `DIR/batch.jsonl`), and the
+(ouroboros/serving/batch.py: one real batched forward per model per step, B requests at a time; `DIR/batch.jsonl`), and
+the
 same decisions (the trace of step 1) are replayed batch for batch on the simulator, whose clock charges the batched
 cost model (`calibrate clock --batches`): measured vs modelled makespan and throughput per run and B.
 """
@@ -40,12 +41,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ouroboros.argparser import RunSpec, parse_kind, parse_runs
-from ouroboros.datasets import Prompt
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
-from ouroboros.harness import Job, StrategyRun, StrategyRunner, run_interleaved
-from ouroboros.metrics import PromptResult
+from ouroboros.loop.decode import decode
+from ouroboros.loop.metrics import PromptResult
 from ouroboros.paths import check_out_dir
+from ouroboros.prompts.datasets import Prompt
+from ouroboros.running.harness import Job, StrategyRun, StrategyRunner, run_interleaved
 from ouroboros.strategies import build_proposer, get_spec
 from simulators.architectures import load_conf
 from simulators.host import HostCharging
@@ -106,8 +107,8 @@ def load_real(args) -> tuple[Any, list[Prompt], Any, Any]:
     import torch
 
     from ouroboros.backends.hf import HFBackend
-    from ouroboros.datasets import load_prompts
-    from ouroboros.models import load_pair
+    from ouroboros.backends.models import load_pair
+    from ouroboros.prompts.datasets import load_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -122,7 +123,7 @@ def load_real(args) -> tuple[Any, list[Prompt], Any, Any]:
 
 
 def record(args, specs: list[RunSpec], out_dir: str) -> None:
-    """Step 1: real runs through the harness's runners (`ouroboros.harness.StrategyRunner`, interleaved prompt
+    """Step 1: real runs through the harness's runners (`ouroboros.running.harness.StrategyRunner`, interleaved prompt
     by prompt by `run_interleaved`), each on its own pair of Recorders."""
     from simulators.replay import Recorder
 
@@ -208,7 +209,7 @@ def replay(out_dir: str, sim_model: str, hardware: str) -> list[Compared]:
 def record_batched(args, specs: list[RunSpec], out_dir: str, batches: list[int]) -> None:
     """Real continuous-batching runs: every spec at every B over the same prompts (a short warm-up serve first);
     one line per (run, B) in DIR/batch.jsonl, rewritten after each."""
-    from ouroboros.batch import Load, Request, engine_for, serve, slot_factory
+    from ouroboros.serving.batch import Load, Request, engine_for, serve, slot_factory
 
     pair, prompts, target, draft = load_real(args)
     reqs = [Request(list(p.ids), args.max_new_tokens, p.id) for p in prompts]
@@ -244,8 +245,8 @@ def batch_divergences(out_dir: str, label: str, served: list[Any], prompt_ids: d
     """Requests of a batched run whose outputs differ from the same run's unbatched outputs (step 1, real.jsonl),
     each with its first differing position and the target's top-2 logit margin there (a fresh unbatched forward):
     in bf16 a batch's other shapes change reduction orders, so near-ties can flip."""
-    from ouroboros.divergence import divergences
-    from ouroboros.metrics import RunResult
+    from ouroboros.loop.metrics import RunResult
+    from ouroboros.running.divergence import divergences
 
     base: list[PromptResult] = []
     with open(os.path.join(out_dir, "real.jsonl"), encoding="utf-8") as f:
@@ -277,7 +278,7 @@ class BatchCompared:
 def replay_batched(out_dir: str, sim_model: str, hardware: str) -> list[BatchCompared]:
     """Each batched real run's decisions (its run's trace) replayed with the same B on the simulator (prefills as
     separate forwards, as the hf backend runs them)."""
-    from ouroboros.batch import Load, Request, serve, slot_factory
+    from ouroboros.serving.batch import Load, Request, serve, slot_factory
     from simulators.serving import SimEngine
 
     path = os.path.join(out_dir, "batch.jsonl")

@@ -75,7 +75,7 @@ def check_args(a) -> None:
     profile, the budget, then the files to read."""
     import os
 
-    from ouroboros.datasets import RECORD_LOADERS
+    from ouroboros.prompts.datasets import RECORD_LOADERS
     from simulators.architectures import check_name, load_conf
     from simulators.sim_profiles import check_profile_name
 

@@ -29,10 +29,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.datasets import Prompt
-from ouroboros.decode import decode
 from ouroboros.errors import OuroborosError
-from ouroboros.metrics import PromptResult, RunResult, pool_rates
+from ouroboros.loop.decode import decode
+from ouroboros.loop.metrics import PromptResult, RunResult, pool_rates
+from ouroboros.prompts.datasets import Prompt
 from ouroboros.strategies import build_proposer, get_spec, is_peer
 from simulators.architectures import load_conf
 from simulators.pair import make_pair, sim_options, specials_eos
@@ -134,9 +134,9 @@ def load_sweep(path: str, model: str = "qwen_coder", dataset: str | None = None,
     own proposer and warm-up, as each process had. No trace is needed: the real side's statistics are the recorded
     steps themselves. Records of another pair than `model` are refused. `prompts(dataset config, seed)`: how the
     prompts are rendered again (default: `load_prompts` with the pair's tokenizer)."""
-    from ouroboros.harness import WARMUP_TOKENS as SWEEP_WARMUP
-    from ouroboros.metrics import StepRecord
-    from ouroboros.sinks import RecordFile
+    from ouroboros.loop.metrics import StepRecord
+    from ouroboros.running.harness import WARMUP_TOKENS as SWEEP_WARMUP
+    from ouroboros.running.sinks import RecordFile
 
     chosen = real_points(path, model, dataset,
                          lambda r: r["strategy"] != "vanilla" and not is_peer(r["strategy"]),
@@ -183,7 +183,7 @@ def real_points(path: str, model: str, dataset: str | None, keep, what: str, why
     """The records of a records file's real (wall-clock) greedy points on dataset kind `dataset` (None: the file
     must hold one) that `keep(record)` accepts; none, another pair's, or several kinds unnamed: one-line errors
     (`what` names the points wanted in the first, `why` says what does not count)."""
-    from ouroboros.sinks import read_records
+    from ouroboros.running.sinks import read_records
 
     if not os.path.isfile(path):
         raise OuroborosError(f"--records {path!r}: no such file")
@@ -216,7 +216,7 @@ def real_prompts(model: str, tokenizer_dir: str | None = None):
     """(dataset config, seed) -> its prompts as a real run of the pair renders them (the pair's tokenizer)."""
     from transformers import AutoTokenizer
 
-    from ouroboros.datasets import load_prompts
+    from ouroboros.prompts.datasets import load_prompts
     from simulators.tokens import real_tokenizer_dir
 
     tok = AutoTokenizer.from_pretrained(str(real_tokenizer_dir(tokenizer_dir, load_conf("model", model))))
@@ -399,7 +399,7 @@ def _mapped_datastore(path: str, map_id) -> str:
 
     import numpy as np
 
-    from ouroboros.datastore import SEP, Datastore
+    from ouroboros.strategies.datastore import SEP, Datastore
 
     ds = Datastore.load(path)
     toks = ds.tokens.tolist()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ouroboros.draft import CANDIDATE, Draft
+from ouroboros.loop.draft import CANDIDATE, Draft
 
 
 @dataclass

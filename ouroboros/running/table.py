@@ -6,7 +6,7 @@ latencies, ours/peer ratios and divergences below, and a note for each row whose
 two or more processes (a resumed wall-clock point), a speedup measured against another record of its baseline than
 the one shown. Names are never cut: the point column widens to the longest.
 
-Reads `Record`s only; every figure comes from the record (computed once, by ouroboros.metrics). The analysis
+Reads `Record`s only; every figure comes from the record (computed once, by ouroboros.loop.metrics). The analysis
 package writes the Markdown / CSV tables from the same records (analysis.report).
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ouroboros.peer_configs import PEERS
-from ouroboros.record import Record
-from ouroboros.sinks import BAND_FLOORS, BAND_NAMES, band_span, band_text
+from ouroboros.running.peer_configs import PEERS
+from ouroboros.running.record import Record
+from ouroboros.running.sinks import BAND_FLOORS, BAND_NAMES, band_span, band_text
 from ouroboros.strategies import strategy_params
 
 

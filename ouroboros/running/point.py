@@ -2,7 +2,7 @@
 measurement (`point_key`, `point_id`: resume and the records key on it), and the `Record` its result becomes
 (`make_record`).
 
-Every number comes from ouroboros.metrics (RunResult.totals(), PromptResult.summary(), speedup()); this module
+Every number comes from ouroboros.loop.metrics (RunResult.totals(), PromptResult.summary(), speedup()); this module
 only arranges them. Knows nothing of the command line, of sinks or of how points are scheduled.
 """
 
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ouroboros.config import KIND_GROUPS, RunConfig
-from ouroboros.divergence import divergences
-from ouroboros.metrics import RunResult, speedup, speedup_mean_speed, step_dict
-from ouroboros.record import SCHEMA_VERSION, Record
-from ouroboros.session import Session, effective_budgets, versions
+from ouroboros.loop.metrics import RunResult, speedup, speedup_mean_speed, step_dict
+from ouroboros.running.divergence import divergences
+from ouroboros.running.record import SCHEMA_VERSION, Record
+from ouroboros.running.session import Session, effective_budgets, versions
 from ouroboros.strategies import strategy_params
 
 

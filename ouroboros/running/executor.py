@@ -1,6 +1,6 @@
 """The executor: measures points and turns their results into records. It keeps one session per pair and prompt
-set (ouroboros.session), measures each point's baseline first and once, claims points so parallel workers never
-measure one twice, resumes from the record store (ouroboros.store) at prompt granularity (a strategy that keeps
+set (ouroboros.running.session), measures each point's baseline first and once, claims points so parallel workers never
+measure one twice, resumes from the record store (ouroboros.running.store) at prompt granularity (a strategy that keeps
 state across prompts: the whole point again), pairs wall-clock times by process, interleaves points that share a
 session prompt by prompt, and runs served points under load.
 
@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 
 from ouroboros.config import RunConfig
-from ouroboros.contracts import ChargesHost
-from ouroboros.harness import (
+from ouroboros.loop.contracts import ChargesHost
+from ouroboros.loop.metrics import PromptResult, RunResult
+from ouroboros.running.harness import (
     WARMUP_TOKENS,
     Job,
     PromptRunner,
@@ -31,13 +32,20 @@ from ouroboros.harness import (
     run_interleaved,
     run_prompts,
 )
-from ouroboros.interrupts import interrupts_deferred
-from ouroboros.metrics import PromptResult, RunResult
-from ouroboros.point import Point, make_record, request_id
-from ouroboros.record import Record
-from ouroboros.session import Session, budget_note, budgets, open_session, pair_key, proposer_params, stock_models
-from ouroboros.sinks import RecordFile, WandbMirror, summary_line
-from ouroboros.store import FileStore, RecordStore
+from ouroboros.running.interrupts import interrupts_deferred
+from ouroboros.running.point import Point, make_record, request_id
+from ouroboros.running.record import Record
+from ouroboros.running.session import (
+    Session,
+    budget_note,
+    budgets,
+    open_session,
+    pair_key,
+    proposer_params,
+    stock_models,
+)
+from ouroboros.running.sinks import RecordFile, WandbMirror, summary_line
+from ouroboros.running.store import FileStore, RecordStore
 from ouroboros.strategies import (
     carries_state,
     check_lengths,
@@ -97,7 +105,7 @@ class Executor:
                     served = hosts.setdefault(id(sess.target), (sess.target, {}))[1]
                     served[name] = served.get(name, True) and bool(p.run.serve.concurrency)
                 if is_peer(name):
-                    from ouroboros.peers import check_peer_models
+                    from ouroboros.running.peers import check_peer_models
 
                     check_peer_models(name, stock_models(sess)[1], sess.eos_ids)
                 params = None if is_peer(name) else proposer_params(p.run)
@@ -250,7 +258,7 @@ class Executor:
     def _runner(self, point: Point, sess: Session) -> PromptRunner:
         run = point.run
         if is_peer(run.strategy.name):   # transformers' own generate, on the same prompts, same record shape
-            from ouroboros.peers import PeerRunner
+            from ouroboros.running.peers import PeerRunner
 
             target, draft = stock_models(sess)
             return PeerRunner(run.strategy.name, dict(run.strategy.params), target, draft, sess.eos_ids,
@@ -287,7 +295,7 @@ class Executor:
 
     def _serve(self, point: Point, sess: Session) -> RunResult:
         """A served point (serve.concurrency >= 1): every request decoded under load, continuous batching."""
-        from ouroboros.batch import Load, Request, engine_for, serve, slot_factory
+        from ouroboros.serving.batch import Load, Request, engine_for, serve, slot_factory
 
         run, sv = point.run, point.run.serve
         each = budgets(run, sess)

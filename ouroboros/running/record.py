@@ -1,6 +1,6 @@
 """The record: what one measured point leaves behind (one JSON object per line in the records file).
 
-`Record` is the one typed view of it. The executor builds it (`ouroboros.point.make_record`); sinks, analysis,
+`Record` is the one typed view of it. The executor builds it (`ouroboros.running.point.make_record`); sinks, analysis,
 the tuner, the sweep, Spec-Bench export and the simulators read its fields instead of string keys. On disk the
 layout is the JSON object `to_json` writes (keys in the order below; `baseline_record`, `sampled`, `serving`,
 `decisions`, `processes`, `paired_processes`, `timed_in_processes` and `process_speedups` only when set).
@@ -8,8 +8,8 @@ layout is the JSON object `to_json` writes (keys in the order below; `baseline_r
 `to_json`), a key an older record lacks takes its default.
 
 The nested parts stay plain data: `totals` is `RunResult.totals()` and each of `prompts` is
-`PromptResult.summary()` plus the output (ouroboros.metrics defines every figure in them); `serving` is the served
-point's summary (ouroboros.batch); `decisions` names a simulated point's token source and error band
+`PromptResult.summary()` plus the output (ouroboros.loop.metrics defines every figure in them); `serving` is the served
+point's summary (ouroboros.serving.batch); `decisions` names a simulated point's token source and error band
 (simulators.trust), and a REST point's stand-in datastore if it ran on one (`rest_datastore`: simulators.stand_in).
 
 Knows nothing of models, Hydra, sinks or how a record is measured.
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.metrics import PromptResult, RunResult
+from ouroboros.loop.metrics import PromptResult, RunResult
 
 # 2: the warm-up decode runs on a throw-away proposer (1: on the measured one, so a strategy that keeps state across
 # prompts started its first prompt knowing the warm-up's tokens of that prompt's own answer)
@@ -139,7 +139,7 @@ class Record:
 
 def latest(records: Sequence[Record]) -> list[Record]:
     """One record per (point_id, sweep) (the latest), in first-seen order: a point two sweeps share (see
-    ouroboros.sinks.load_sweep_records) stays in both."""
+    ouroboros.running.sinks.load_sweep_records) stays in both."""
     order: dict[tuple[str, Any], Record] = {}
     for r in records:
         key = (r.point_id, r.sweep)

@@ -3,7 +3,7 @@ benchmark uses. Knows nothing of Hydra, wandb or tokenizers (prompts are token-i
 
 A `PromptRunner` decodes one prompt at a time and keeps its state (proposer, phrase pool, draft-length
 schedule) from prompt to prompt: `StrategyRunner` (ours, through the one decode loop) and `PeerRunner`
-(transformers' `generate`, ouroboros/peers.py) have the same shape. `run_prompts` runs one runner over the
+(transformers' `generate`, ouroboros/running/peers.py) have the same shape. `run_prompts` runs one runner over the
 prompts; `run_interleaved` runs several prompt by prompt (every runner decodes prompt i before any starts
 prompt i + 1; the order rotates per prompt), so background load and drift on a shared machine hit all alike.
 Either way each runner sees the same prompts in the same order, so its outputs do not depend on the mode.
@@ -21,10 +21,10 @@ from typing import Any, Protocol
 from tqdm.auto import tqdm
 
 from ouroboros.backends.base import Backend
-from ouroboros.contracts import ChargesHost
-from ouroboros.decode import Verifier, decode, greedy_verifier
-from ouroboros.metrics import PromptResult, RunResult
-from ouroboros.sampling import SamplingConfig, SamplingVerifier
+from ouroboros.loop.contracts import ChargesHost
+from ouroboros.loop.decode import Verifier, decode, greedy_verifier
+from ouroboros.loop.metrics import PromptResult, RunResult
+from ouroboros.loop.sampling import SamplingConfig, SamplingVerifier
 from ouroboros.strategies import Proposer, build_proposer, get_spec
 
 WARMUP_TOKENS = 8   # the warm-up decode's budget (at most the first prompt's)

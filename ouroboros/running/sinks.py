@@ -1,4 +1,4 @@
-"""Sinks: they only WRITE records computed elsewhere (ouroboros.metrics via ouroboros.point.make_record).
+"""Sinks: they only WRITE records computed elsewhere (ouroboros.loop.metrics via ouroboros.running.point.make_record).
 
 - `RecordFile`: the JSONL record file (one JSON object per line, one line per point). Appends are atomic:
   one `os.write` of the whole line under an exclusive flock, then fsync; a line torn by a kill mid-write is
@@ -12,7 +12,7 @@
 - `WandbMirror`: mirrors each record to a wandb run (offline by default: no network, no account; `disabled`
   for tests), and a sweep's table and plots to one summary run.
 - `summary_line`: the console line printed when a point finishes.
-- `load_records` / `load_sweep_records`: typed `Record`s (ouroboros.record) for analysis, reports and tests;
+- `load_records` / `load_sweep_records`: typed `Record`s (ouroboros.running.record) for analysis, reports and tests;
   `read_records`: the same lines as plain JSON objects; `read_wandb_run`: an offline wandb run read back.
 
 Knows nothing of models, strategies or Hydra.
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from ouroboros.errors import OuroborosError
-from ouroboros.metrics import pool_rates
-from ouroboros.record import Record
+from ouroboros.loop.metrics import pool_rates
+from ouroboros.running.record import Record
 
 # ----------------------------------------------------------------------------------------------- JSONL records
 # the bad lines (file, byte offset, length) already warned about: each is reported once per process, however often

@@ -1,8 +1,9 @@
 """Peer baselines: transformers' own `generate` run on the same prompts, in the same process, and vLLM's engine run
 in a worker process of its own (ouroboros/vllm/: `vllm_greedy`, `vllm_ngram`, `vllm_draft`, `vllm_suffix`),
-returning the same `RunResult` / `PromptResult` records as `ouroboros.harness.run_strategy` (same warm-up policy:
+returning the same `RunResult` / `PromptResult` records as `ouroboros.running.harness.run_strategy` (same warm-up
+policy:
 one short decode on the first prompt still to decode, before any clock reading). `PeerRunner` runs either; which
-one is the peer's `engine` (ouroboros/peer_configs.py).
+one is the peer's `engine` (ouroboros/running/peer_configs.py).
 
 Peers (name -> what `generate` is called with; every peer decodes greedily, no repetition penalty):
 - `hf_greedy`:   plain greedy `generate`.
@@ -36,16 +37,17 @@ import torch
 
 from ouroboros.backends.base import WallClock
 from ouroboros.errors import OuroborosError
-from ouroboros.harness import WARMUP_TOKENS, run_prompts
-from ouroboros.metrics import PromptResult, RunResult, StepRecord
-from ouroboros.peer_configs import PEERS
-from ouroboros.sampling import SamplingConfig, stream_seed
+from ouroboros.loop.metrics import PromptResult, RunResult, StepRecord
+from ouroboros.loop.sampling import SamplingConfig, stream_seed
+from ouroboros.running.harness import WARMUP_TOKENS, run_prompts
+from ouroboros.running.peer_configs import PEERS
 from ouroboros.strategies import make_config
 from ouroboros.vllm.client import VLLMPeer, model_dir
 
 
 def check_peer(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
-    """Validated params (defaults filled in, types checked against ouroboros/peer_configs.py) or a one-line error."""
+    """Validated params (defaults filled in, types checked against ouroboros/running/peer_configs.py) or a one-line
+    error."""
     if name not in PEERS:
         raise OuroborosError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
     return dataclasses.asdict(make_config(name, params))
@@ -198,7 +200,8 @@ class GenerateEngine:
 
 
 class PeerRunner:
-    """One peer as a `ouroboros.harness.PromptRunner` (stock models, not backends): same records, same warm-up. Its
+    """One peer as a `ouroboros.running.harness.PromptRunner` (stock models, not backends): same records, same warm-up.
+    Its
     engine is transformers' `generate` here, or vLLM's in its worker process (checked here, started at the warm-up,
     kept until the runner is dropped)."""
 

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ouroboros.backends import registry
-from ouroboros.contracts import Backend, Proposer, Servable, SharesPool
-from ouroboros.decode import decode, greedy_verifier
 from ouroboros.errors import OuroborosError
-from ouroboros.metrics import PromptResult
+from ouroboros.loop.contracts import Backend, Proposer, Servable, SharesPool
+from ouroboros.loop.decode import decode, greedy_verifier
+from ouroboros.loop.metrics import PromptResult
 from ouroboros.serving.load import (
     DRAFT,
     TARGET,

@@ -106,7 +106,7 @@ class RunResult:
 
     strategy: str
     prompts: list[PromptResult]
-    serving: dict | None = None     # served under load (ouroboros/batch.py ServeResult.summary), else None
+    serving: dict | None = None     # served under load (ouroboros/serving/batch.py ServeResult.summary), else None
 
     def totals(self) -> dict:
         """`combine_summaries` over every prompt, plus what needs the steps (time split, per-position

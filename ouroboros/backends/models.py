@@ -14,7 +14,8 @@ refused. `device: auto` spreads each model over the visible GPUs (`device_map="a
 torch's bf16 linear re-reads the weights for every input row, so a forward over k tokens costs about k times a
 1-token forward (measured here, one 1536x8960 layer: k=16 46 ms, k=1 3.4 ms), which is what speculative decoding
 cannot afford. bf16 CPU linear layers given at least that many rows leave torch's kernel: they go through
-`ouroboros.kernels.bf16_linear` (weights read once for all rows, fp32 accumulation, rounded to bf16; k=16: 10 ms;
+`ouroboros.backends.kernels.bf16_linear` (weights read once for all rows, fp32 accumulation, rounded to bf16; k=16: 10
+ms;
 row-independent, so a token gets the same linear outputs in a k-token forward as in a 1-token one) or, where
 that kernel cannot be built, through an fp32 product over blocks of the same bf16 weights. Default (null): 1
 with the kernel, 48 (prefill only) without it, off on CPUs with native bf16; 0 = off. It applies to the stock
@@ -101,7 +102,7 @@ def load_tiny_pair(family: str = "llama", seed: int = 0, draft_noise: float = 0.
                    device: str = "cpu", eos_id: int | None = None) -> LoadedPair:
     """A random-init target and a smaller draft distilled-by-construction: the draft shares the target's
     embeddings/head and first `draft_layers` layers (plus weight noise), so it agrees often but not always."""
-    from ouroboros.tiny import perturbed, tiny_model
+    from ouroboros.backends.tiny import perturbed, tiny_model
 
     dt = parse_dtype(dtype)
     target = tiny_model(family, seed=seed, dtype=dt, vocab_size=vocab_size, hidden_size=hidden_size, layers=layers,
@@ -177,7 +178,7 @@ def _fp32_blocks(x2: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def _upcast_linear(mod: torch.nn.Linear, min_rows: int, x: torch.Tensor) -> torch.Tensor:
     """The routed forward of a bf16 CPU nn.Linear (see the module doc): fewer than min_rows rows (or autograd
     on the weights) keep torch's kernel; else the bf16 kernel, or the blocked fp32 product without it."""
-    from ouroboros.kernels import kernel
+    from ouroboros.backends.kernels import kernel
 
     w = mod.weight
     n_in = w.shape[1]
@@ -203,7 +204,7 @@ def default_upcast_rows() -> int:
     """null `bf16_upcast_rows`: off with native bf16; 1 (every forward) with the bf16 kernel; 48 without it."""
     if cpu_has_native_bf16():
         return 0
-    from ouroboros.kernels import kernel
+    from ouroboros.backends.kernels import kernel
 
     return 1 if kernel() is not None else 48
 

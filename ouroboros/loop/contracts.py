@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ouroboros.draft import Draft
-from ouroboros.verify import Verdict
+from ouroboros.loop.draft import Draft
+from ouroboros.loop.verify import Verdict
 
 
 @dataclass
@@ -73,7 +73,7 @@ class Backend(Protocol):
 
 @runtime_checkable
 class Servable(Backend, Protocol):
-    """A backend batched serving can run on (ouroboros/batch.py): `fresh()` is a new, empty backend on the same
+    """A backend batched serving can run on (ouroboros/serving/batch.py): `fresh()` is a new, empty backend on the same
     model and settings (its own tokens, cache and, when simulated, clock): one per batch slot. `kind` is the name of
     its backend kind ("hf", "sim"; ouroboros/backends/registry.py `get`), which builds its batched-serving engine."""
 

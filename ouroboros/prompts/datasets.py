@@ -10,7 +10,7 @@ Kinds (the Hydra `dataset` group, as a plain dict):
 - `jsonl`: one prompt per line, field `prompt` / `text` / `question` / `turns` (or `field:`).
 - `text`: a plain text file, one prompt per line (`split: line`) or per blank-line-separated block.
 
-Workloads where reuse across requests matters (docs/workloads.md; their loaders in ouroboros/workloads.py):
+Workloads where reuse across requests matters (docs/workloads.md; their loaders in ouroboros/prompts/workloads.py):
 - `mtbench_multiturn`: MT-Bench turn 2 after the model's own turn-1 answer.
 - `selfrefine`: the model's own first answer (HumanEval, MT-Bench) fed back with "improve it".
 - `codeedit`: edit requests on HumanEval's canonical solutions (type hints, docstring, rename, comments).
@@ -26,7 +26,7 @@ requests, so every order decodes the same set), `max_new_tokens` (overrides the 
 apply the tokenizer's chat template when it has one; true; false), `system` (a system message for chat
 templates), `template` (a format string around each prompt, `{prompt}`).
 
-This module selects, orders, renders and tokenizes; the record types and file readers are ouroboros/sources.py.
+This module selects, orders, renders and tokenizes; the record types and file readers are ouroboros/prompts/sources.py.
 Knows nothing of models beyond a tokenizer and the vocabulary size; never touches the network.
 """
 
@@ -39,7 +39,7 @@ from typing import Any
 
 from ouroboros.checks import check_range
 from ouroboros.errors import OuroborosError
-from ouroboros.sources import (
+from ouroboros.prompts.sources import (
     SPECBENCH_BUDGETS,
     Record,
     humaneval_records,
@@ -48,7 +48,7 @@ from ouroboros.sources import (
     question_records,
     text_records,
 )
-from ouroboros.workloads import (
+from ouroboros.prompts.workloads import (
     BUILD_COMMAND,
     ORDERS,
     codeedit_records,
@@ -227,7 +227,7 @@ def fit_context(prompts: list[Prompt], max_context: int, skip: bool) -> tuple[li
 
 
 # ------------------------------------------------------ record loaders: a dataset config's options -> Records
-# (the reuse workloads' are in ouroboros/workloads.py; the mix's is here, as it selects its parts with
+# (the reuse workloads' are in ouroboros/prompts/workloads.py; the mix's is here, as it selects its parts with
 # select_records)
 def _humaneval(cfg: dict, seed: int) -> list[Record]:
     return humaneval_records(cfg.pop("path", None))

@@ -1,6 +1,6 @@
 """What the executor asks of the records: the resume index, per-point claims, saving a record, keeping each prompt
 as it finishes, and a sweep's manifest. `RecordStore` is that interface; `FileStore` puts it in front of the JSONL
-record file (ouroboros.sinks.RecordFile), turning its JSON lines into typed `Record`s and back.
+record file (ouroboros.running.sinks.RecordFile), turning its JSON lines into typed `Record`s and back.
 
 Without resume (or without a file) nothing is read back: `done` and `claim` find nothing, no prompt lines are
 kept, and a measured record is still appended when there is a file. Knows nothing of models or of measuring.
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from ouroboros.metrics import PromptResult, prompt_dict, prompt_from_dict
-from ouroboros.record import Record
-from ouroboros.sinks import RecordFile, prompt_line, sweep_manifest
+from ouroboros.loop.metrics import PromptResult, prompt_dict, prompt_from_dict
+from ouroboros.running.record import Record
+from ouroboros.running.sinks import RecordFile, prompt_line, sweep_manifest
 
 
 class RecordStore(Protocol):
@@ -49,7 +49,7 @@ class RecordStore(Protocol):
         ...
 
     def save_manifest(self, sweep: str, points: list[tuple[str, str]]) -> None:
-        """A sweep's (point_id, label) pairs, measured or resumed (ouroboros.sinks.sweep_manifest)."""
+        """A sweep's (point_id, label) pairs, measured or resumed (ouroboros.running.sinks.sweep_manifest)."""
         ...
 
 

@@ -35,7 +35,7 @@ from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from ouroboros.errors import OuroborosError
-from ouroboros.saved import read_doc, write_doc
+from ouroboros.strategies.saved import read_doc, write_doc
 
 FORMAT = "ouroboros-phrase-pool"
 VERSION = 1

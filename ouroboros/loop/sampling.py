@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import torch
 
 from ouroboros.checks import check_range
-from ouroboros.draft import CANDIDATE, Draft
 from ouroboros.errors import OuroborosError
-from ouroboros.verify import Verdict, trunk_match
+from ouroboros.loop.draft import CANDIDATE, Draft
+from ouroboros.loop.verify import Verdict, trunk_match
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The peers' options as config dataclasses (torch-free): transformers' own `generate` (`strategy=hf_greedy|
 hf_assisted|hf_pld`; defaults: transformers' global defaults) and vLLM (`strategy=vllm_greedy|vllm_ngram|vllm_draft|
 vllm_suffix`; option names: vLLM's `LLM(...)` and `speculative_config` keys), measured like a strategy
-(`strategy.params.<option>=...`) by ouroboros/peers.py. The strategy registry (ouroboros/strategies/__init__.py)
+(`strategy.params.<option>=...`) by ouroboros/running/peers.py. The strategy registry (ouroboros/strategies/__init__.py)
 validates their params like any strategy's; a vLLM config also checks, before anything loads, that vLLM's venv is
 there (`check_files`: one error line naming the command that makes it).
 """

@@ -15,15 +15,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ouroboros.contracts import Backend, DecodeState, Proposer, Scores, Verifier
-from ouroboros.draft import CANDIDATE, Draft
 from ouroboros.errors import OuroborosError
-from ouroboros.metrics import PromptResult, StepRecord
-from ouroboros.verify import Verdict, verify_greedy
+from ouroboros.loop.contracts import Backend, DecodeState, Proposer, Scores, Verifier
+from ouroboros.loop.draft import CANDIDATE, Draft
+from ouroboros.loop.metrics import PromptResult, StepRecord
+from ouroboros.loop.verify import Verdict, verify_greedy
 
 
 class GreedyVerifier:
-    """The greedy rule (ouroboros/verify.py): needs the argmaxes only, draws nothing."""
+    """The greedy rule (ouroboros/loop/verify.py): needs the argmaxes only, draws nothing."""
 
     needs_logits = False
     samples = False

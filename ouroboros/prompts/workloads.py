@@ -8,11 +8,11 @@
 - The answers cache: turn-1 answers of a model live in `<cache>/workloads/<key>/<source>.jsonl`, one folder per
   (target model spec, dtype, answer budget) (`answers_key`), written by `python -m ouroboros.answers`.
 - The record loaders (`mtbench_multiturn_records`, `selfrefine_records`, `codeedit_records`; the dataset kinds of
-  `ouroboros.datasets.RECORD_LOADERS`): a dataset config's options -> `Record`s, from the packaged HumanEval /
+  `ouroboros.prompts.datasets.RECORD_LOADERS`): a dataset config's options -> `Record`s, from the packaged HumanEval /
   MT-Bench data and the answers cache; a request whose turn-1 answer is not cached yet awaits it (`Awaited`).
 
-Knows nothing of tokenizers, models, the loop, Hydra or the selection of requests (ouroboros/datasets.py); reads
-files only through ouroboros/sources.py and `read_meta`.
+Knows nothing of tokenizers, models, the loop, Hydra or the selection of requests (ouroboros/prompts/datasets.py); reads
+files only through ouroboros/prompts/sources.py and `read_meta`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from ouroboros.errors import OuroborosError
 from ouroboros.fetch import default_cache_dir
-from ouroboros.sources import (
+from ouroboros.prompts.sources import (
     Awaited,
     Question,
     Record,
