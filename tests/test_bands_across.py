@@ -22,6 +22,7 @@ def load(name: str) -> dict:
 def test_the_settings_are_the_figures_files_with_held_out_figures():
     names = [p.stem for p in across.settings(None)]
     assert "yi34b_6b_a800x2" in names and sum(n.startswith("specbench_") for n in names) == 4
+    assert "qwen_coder_xeon_amx" in names      # the real Qwen pair on this project's CPU: a setting like the others
     assert "llama70b_7b_a800x2" not in names   # the main job's pair: its other figures are kept aside
     with pytest.raises(OuroborosError, match="no figures file conf/calibration/nope.yaml"):
         across.settings(["nope"])
@@ -42,6 +43,11 @@ def test_each_task_sweeps_sps_and_every_held_out_strategy_at_its_published_setti
     assert set(pts) == {"speculative", "pld", "rest", "lookahead"}
     assert "strategy.params.num_nodes=64" in pts["rest"] and "strategy.params.num_pred_tokens=10" in pts["pld"]
     assert pts["lookahead"][1:] == ["strategy.params.W=7", "strategy.params.N=5", "strategy.params.G=7"]
+    qw = load("qwen_coder_xeon_amx")   # the real pair: every strategy it measured, at the YAML defaults
+    pts = dict(across.task_points(qw, qw["tasks"]["humaneval"]))
+    assert set(pts) == {"speculative", "pld", "lookahead", "cascade", "ouroboros", "suffix", "recycling"}
+    assert pts["speculative"][1:] == ["strategy.params.gamma=4", "strategy.params.schedule=constant"]
+    assert pts["suffix"] == ["strategy=suffix"] and pts["recycling"] == ["strategy=recycling"]
     with pytest.raises(OuroborosError, match="held-out strategy 'medusa'"):
         across.task_points({}, {"held_out": {"medusa": {"speedup": 2.0}}})
     # the points are one Hydra override a user could type
@@ -102,15 +108,22 @@ def test_leave_one_setting_out_holds_each_setting_against_the_others_band():
     assert got["coverage"] == pytest.approx(4 / 5)
     alone = across.leave_one_out([c("a", 0.1), c("a", 0.2)], 0.8, 3)["pld"]["speedup"]
     assert alone["coverage"] is None and alone["no_other"] == 2   # no other setting: no band to hold them
-    assert "loso_coverage" not in summarise([c("a", 0.1)], [Path("x")])["pld"]
+    assert "loso_coverage" not in summarise([c("a", 0.1), c("a", 0.2), c("a", 0.3)], [Path("x")])["pld"]
     summary = summarise(cells, [Path("x")])
     assert summary["pld"]["loso_coverage"] == {"speedup": 0.8} and summary["pld"]["cells"] == {"speedup": 5}
 
 
 def test_a_strategy_without_a_published_figure_says_why():
-    why = not_measured([{"strategy": "pld"}, {"strategy": "lookahead"}])
-    assert "pld" not in why and "vanilla" not in why
-    assert {"cascade", "suffix", "recycling"} <= set(why) and "no published setting" in why["cascade"]
+    def c(m: str, e: float) -> dict:
+        return {"strategy": m, "metric": "speedup", "error": e, "setting": "qwen", "task": "humaneval"}
+
+    why = not_measured([c("pld", 0.1), c("pld", 0.2), c("pld", -0.1), c("lookahead", 0.1), c("lookahead", 0.2),
+                        c("lookahead", 0.3), c("recycling", 0.03)])
+    assert "pld" not in why and "lookahead" not in why and "vanilla" not in why
+    assert {"cascade", "suffix"} <= set(why) and "no published setting" in why["cascade"]
+    # one cell is no band: the reason says what was measured
+    assert why["recycling"] == "measured on 1 cell only (qwen humaneval: +3%), fewer than the 3 a band needs"
+    assert "recycling" not in summarise([c("recycling", 0.03)])
 
 
 def test_the_table_says_why_a_strategy_has_no_band(monkeypatch):

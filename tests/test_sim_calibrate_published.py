@@ -12,6 +12,7 @@ import pytest
 import yaml
 from cli_helper import run_module
 
+from ouroboros.errors import OuroborosError
 from ouroboros.loop.decode import decode
 from ouroboros.running.session import git_commit
 from ouroboros.strategies import build_proposer
@@ -21,6 +22,7 @@ from simulators.lab.figures import YI_FIGURES, load_tasks, make_task
 from simulators.pair import make_pair
 
 ROOT = Path(__file__).resolve().parents[1]
+QWEN_FIGURES = ROOT / "conf" / "calibration" / "qwen_coder_xeon_amx.yaml"
 # a pair's figures as flags: HumanEval-like code, 64 tokens, SpS at gamma 4 (3 prompts: a few seconds a fit)
 BASE = ["calibrate", "measured", "--model", "llama70b_7b", "--task", "humaneval", "--hardware", "a800x2",
         "--sps-gamma", "4", "--max-new-tokens", "64", "--prompt-len", "150", "--prompts", "3"]
@@ -281,3 +283,32 @@ def test_the_ratio_spread_is_the_yi_fits_own():
     assert set(own) == {"HumanEval", "GSM8K", "CNN/DM", "WMT16"} and cal.ratio == pytest.approx(0.786)
     assert min(own.values()) / cal.ratio == pytest.approx(RATIO_SPREAD[0], abs=0.002)
     assert max(own.values()) / cal.ratio == pytest.approx(RATIO_SPREAD[1], abs=0.002)
+
+
+def test_a_measured_clock_adds_no_overhead_and_its_profile_runs_in_a_sweep(tmp_path):
+    """Issue 60 #3, the real pair as a setting: on a hardware profile `calibrate clock` measured (its cost fits hold
+    every fixed cost), a speedup alone is calibrated without dividing by an estimated overhead of 0, the profile adds
+    no overhead of its own, and a user's sweep runs on it (sim.*_overhead_s would refuse a measured cost)."""
+    out = tmp_path / "sim"
+    res = run_module("simulators", "calibrate", "measured", "--from", str(QWEN_FIGURES),
+                     "--prompts", "2", "--no-spread", "--out-dir", str(out))
+    assert res.code == 0, res.err[-2000:]
+    [path] = list(out.glob("*.yaml"))
+    prof = yaml.safe_load(path.read_text())
+    assert "target_overhead_s" not in prof and "draft_overhead_s" not in prof
+    assert "qwen_coder_humaneval_chat" in prof["fit"]["text_knobs"]   # the figures file's own text_profile
+    prof.pop("defaults", None)
+    pair = make_pair(load_conf("model", "qwen_coder"), load_conf("hardware", "xeon_amx_2c"), prof, seed=0)
+    assert pair.target.cost.name.endswith("/fitted")   # the measured clock, not a spec sheet
+
+
+def test_a_figures_files_text_profile_is_checked(tmp_path):
+    doc = yaml.safe_load(QWEN_FIGURES.read_text())
+    [t] = load_tasks(QWEN_FIGURES)[0]
+    assert t.text_profile == "qwen_coder_humaneval_chat"
+    for name, needle in (("nope", "nope"), ("yi34b_6b_humaneval", "fitted for pair yi34b_6b, not qwen_coder")):
+        doc["tasks"]["humaneval"]["text_profile"] = name
+        path = tmp_path / "f.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        with pytest.raises(OuroborosError, match=needle):
+            load_tasks(path)

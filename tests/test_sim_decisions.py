@@ -80,7 +80,7 @@ def test_fit_and_evaluation_prompts_never_overlap():
 def test_fit_moves_the_surrogate_toward_the_real_statistics(recorded, tmp_path):
     real = decisions.load_real(str(recorded))
     before = decisions.compare(real, {}, mapper, "fit")
-    opts = fit.fit_profile(real, mapper, out=lambda *_: None)
+    opts = fit.fit_profile(real, mapper, out=lambda *_: None, rounds=1)
     after = decisions.compare(real, opts, mapper, "fit")
 
     def err(rows):
@@ -100,7 +100,7 @@ def test_calibrate_writes_a_profile_for_its_pair(recorded, tmp_path, monkeypatch
     monkeypatch.setattr(fit, "id_mapper", lambda *a, **k: mapper)
     a = SimpleNamespace(dir=str(recorded), records=None, dataset=None, model="qwen_coder", name="qwen_coder_test",
                         task="synthetic",
-                        tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=3, near=0,
+                        tokenizer=None, out_dir=str(tmp_path), corpus=None, start=None, rounds=1, near=0,
                         jobs=1, knobs=None)
     assert fit.main(a) == 0
     prof = yaml.safe_load((tmp_path / "qwen_coder_test.yaml").read_text())

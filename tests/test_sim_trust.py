@@ -221,8 +221,11 @@ def test_quantile_and_the_band_summary():
     s = summarise(cells)["ouroboros"]
     assert s["speedup"] == pytest.approx(0.32) and s["cells"]["speedup"] == 5 and s["coverage"]["speedup"] == 0.8
     assert summarise(cells)["vanilla"] == {"block_efficiency": 0.0, "speedup": 0.0}
-    two = summarise([{"strategy": "pld", "metric": "speedup", "error": e} for e in (0.036, -0.048)])["pld"]
-    assert two["speedup"] == 0.048 and two["coverage"]["speedup"] == 1.0     # 2 cells: the largest, not 0.8 of the way
+    # fewer than 3 cells: no band (one or two errors are not a spread; a lone cell is inside its own "band")
+    two = [{"strategy": "pld", "metric": "speedup", "error": e, "setting": "s", "task": "t"} for e in (0.036, -0.048)]
+    assert "pld" not in summarise(two)
+    three = summarise([*two, {**two[0], "error": 0.01}])["pld"]
+    assert three["speedup"] == pytest.approx(0.0432) and three["cells"]["speedup"] == 3   # q80 of .01, .036, .048
 
 
 def test_the_committed_bands_are_measured_on_held_out_figures_only():

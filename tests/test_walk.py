@@ -4,7 +4,7 @@ import pytest
 from walk import walk
 
 RUNS = {
-    "the main job, simulated": ("ouroboros.sweep", "model=llama70b_7b"),
+    "the main job's pair, simulated": ("ouroboros.sweep", "model=llama70b_7b", "sweep=single", "strategy=ouroboros"),
     "a real-model sweep with its baseline": ("ouroboros.sweep", "model=tiny", "backend=hf", "sweep=single",
                                              "strategy=speculative"),
     "one run": ("ouroboros.run", "strategy=pld"),

@@ -70,6 +70,7 @@ class Task:
     roofline_p: float = 0.0      # the roofline's shape (`--roofline-p`: a sensitivity, never fitted; cost_model)
     machine: tuple[tuple[str, Any], ...] = ()  # sim options of the machine measured on (devices, placement, dtype)
     inferred: tuple[tuple[str, str], ...] = ()  # figures the calibration filled in: (key, how), never listed as given
+    text_profile: str = ""       # the decision profile whose text knobs `--text decisions` takes ("": by task / corpus)
 
     def pub_tps(self, m: str) -> float | None:
         return {"vanilla": self.vanilla_tps, "speculative": self.sps_tps, "lookahead": self.la_tps,
@@ -176,7 +177,7 @@ def make_task(key: str, d: dict[str, Any], model: str, hardware: str, sps: str, 
 
     check_name(key, f"{where}: the task's key")   # the profile's file name is <model>_<key>.yaml
     known = {"name", "corpus", "prompt_len", "max_new_tokens", "vanilla_tok_s", "sps_tok_s", "sps_speedup",
-             "sps_block_efficiency", "sps_accepted_length", "sps_gamma", "sps_schedule", "held_out"}
+             "sps_block_efficiency", "sps_accepted_length", "sps_gamma", "sps_schedule", "held_out", "text_profile"}
     unknown = sorted(set(d) - known)
     if unknown:
         raise OuroborosError(f"{where}: unknown key {unknown[0]!r}; keys: {', '.join(sorted(known))}")
@@ -225,7 +226,21 @@ def make_task(key: str, d: dict[str, Any], model: str, hardware: str, sps: str, 
                 gamma=int(ou.get("gamma", 4)), W=int(ou.get("W", 20)), N=int(ou.get("N", 7)), K=int(ou.get("K", 3)),
                 la_tps=la.get("tok_s"), la_eta=la.get("block_efficiency", la.get("mean_accepted_tokens")),
                 ouro_tps=ou.get("tok_s"), ouro_eta=ou.get("block_efficiency", ou.get("mean_accepted_tokens")),
-                key=key, model=model, hardware=hardware)
+                key=key, model=model, hardware=hardware, text_profile=text_profile_of(d, model, where))
+
+
+def text_profile_of(d: dict[str, Any], model: str, where: str) -> str:
+    """A task's `text_profile`: a conf/sim decision profile of the same pair (its prompts rendered as the task's)."""
+    name = d.get("text_profile")
+    if name is None:
+        return ""
+    from simulators.sim_profiles import load_profile
+
+    check_name(str(name), f"{where}: text_profile")
+    prof = load_profile(str(name))
+    if prof.get("pair") != model:
+        raise OuroborosError(f"{where}: text_profile {name} was fitted for pair {prof.get('pair')}, not {model}")
+    return str(name)
 
 
 def held_out(held: Any, where: str) -> tuple[dict[str, Any], dict[str, Any]]:

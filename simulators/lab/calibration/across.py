@@ -45,6 +45,9 @@ STRATEGY_PARAMS = {   # the held-out figures' own settings, as our strategies na
     "lookahead": ("W", "N", "G"),
     "pld": ("max_ngram", "num_pred_tokens"),
     "rest": ("max_suffix", "num_nodes", "depth"),
+    "cascade": ("gamma", "vertical", "horizontal"),
+    "suffix": ("num_speculative_tokens", "suffix_decoding_max_spec_factor"),
+    "recycling": ("k",),
 }
 
 

@@ -35,6 +35,9 @@ from simulators.trust import BAND_LEVEL
 BANDS_PATH = conf_root() / "calibration" / "bands.yaml"
 RECORDS_FROM = ("sweep records", "speedup records")   # cells measured from records files (--keep-records keeps them)
 MIN_QUANTILE_CELLS = 3   # below this many cells a band is the largest |error|, not an interpolated 80th percentile
+# below this many cells a source gives no band at all: one or two errors are not a measured spread (a single cell is
+# inside its own "band" by construction); the reason lists what was measured
+MIN_BAND_CELLS = 3
 
 
 def profile_spec(spec: str, flag: str, where: str) -> tuple[str, str, str, dict[str, Any], str]:
@@ -243,10 +246,18 @@ NOT_PUBLISHED = ("no published setting (Yi-34B/6B's paper, Spec-Bench's leaderbo
 
 
 def not_measured(cells: list[dict[str, Any]]) -> dict[str, str]:
+    """Why a strategy has no speedup band: no cell of it, or fewer than MIN_BAND_CELLS (which ones)."""
     from ouroboros.strategies import REGISTRY
 
     have = {c["strategy"] for c in cells}
-    return {m: NOT_PUBLISHED for m in REGISTRY if m not in have and m != "vanilla"}
+    out = {m: NOT_PUBLISHED for m in REGISTRY if m not in have and m != "vanilla"}
+    for m in REGISTRY:
+        few = [c for c in cells if c["strategy"] == m and c["metric"] == "speedup"]
+        if m != "vanilla" and 0 < len(few) < MIN_BAND_CELLS:
+            out[m] = (f"measured on {len(few)} cell{'s' * (len(few) > 1)} only ("
+                      + "; ".join(f"{c['setting']} {c['task']}: {c['error']:+.0%}" for c in few)
+                      + f"), fewer than the {MIN_BAND_CELLS} a band needs")
+    return out
 
 
 def summarise(cells: list[dict[str, Any]], files: list[Path] | None = None) -> dict[str, dict[str, Any]]:
@@ -263,6 +274,9 @@ def summarise(cells: list[dict[str, Any]], files: list[Path] | None = None) -> d
                 continue
             if not errs:
                 continue
+            if len(errs) < MIN_BAND_CELLS:
+                entry.setdefault("too_few_cells", {})[metric] = [round(e, 4) for e in errs]
+                continue
             # too few cells for a central 80% to mean anything: the largest error (never narrower than measured)
             b = quantile([abs(e) for e in errs], BAND_LEVEL) if len(errs) >= MIN_QUANTILE_CELLS else \
                 max(abs(e) for e in errs)
@@ -272,7 +286,8 @@ def summarise(cells: list[dict[str, Any]], files: list[Path] | None = None) -> d
             entry.setdefault("bias", {})[metric] = round(statistics.median(errs), 4)
             if loso.get(m, {}).get(metric, {}).get("coverage") is not None:
                 entry.setdefault("loso_coverage", {})[metric] = loso[m][metric]["coverage"]
-        out[m] = entry
+        if any(k in entry for k in ("block_efficiency", "tokens_per_s", "speedup")):
+            out[m] = entry   # (one with too few cells of every metric: not_measured says why)
     return out
 
 

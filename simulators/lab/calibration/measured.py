@@ -57,6 +57,7 @@ from simulators.lab.calibration.paper_fit import (
     base_hardware,
     calibrate,
     draft_overhead_grid,
+    measured_clock,
     run,
     text_knobs,
     text_profile,
@@ -203,7 +204,8 @@ def write_profiles(cal: Calibration, tasks: tuple[Task, ...], source: str, comma
         fields = {"pair": t.model, "profile": name, "prompt_len": t.prompt_len, "corpus": t.corpus, **dict(t.text),
                   **dict(t.machine),
                   "alpha_easy": round(a, 6), "alpha_hard": round(a**4, 6),
-                  "target_overhead_s": round(cal.over_t[t.name], 6), "draft_overhead_s": round(cal.over_d[t.name], 6)}
+                  **({} if measured_clock(t) else {"target_overhead_s": round(cal.over_t[t.name], 6),
+                                                   "draft_overhead_s": round(cal.over_d[t.name], 6)})}
         fit: dict[str, Any] = {"pair": f"{t.model} on hardware={t.hardware}", "task": t.name,
                                "method_kind": "measured", "hardware": t.hardware, "inputs": t.inputs()}
         if t.name in cal.spread:

@@ -62,6 +62,17 @@ def task_pair(task: Task, a: float, seed: int):
                      seed=seed)
 
 
+def measured_clock(task: Task) -> bool:
+    """The hardware profile holds measured cost fits of both of the pair's models (`calibrate clock`): its forwards
+    already cost what they cost there, fixed overheads included, so a profile adds no overhead of its own."""
+    from simulators.architectures import PairProfile
+    from simulators.hardware import Hardware
+
+    costs = Hardware.from_dict(load_conf("hardware", task.hardware)).costs or {}
+    prof = PairProfile.from_model_cfg(load_conf("model", task.model))
+    return prof.target.name in costs and prof.draft.name in costs
+
+
 def estimated_overheads(task: Task) -> tuple[float, float]:
     """The hardware profile's ESTIMATED per-forward overheads (s) of the pair's target and draft (forward + layers x
     layer overhead, what `base_hardware` removes): the target's stands in for a vanilla token/s not given."""
@@ -88,7 +99,8 @@ TEXT_BY_CORPUS = {"prose": "qwen_coder_mtbench", "code": "qwen_coder_humaneval",
 
 
 def text_profile(task: Task) -> str:
-    return TEXT_PROFILES.get(task.name) or TEXT_BY_CORPUS[task.corpus]
+    """The task's own `text_profile` (a figures file may name one), else by its name, else by its corpus."""
+    return task.text_profile or TEXT_PROFILES.get(task.name) or TEXT_BY_CORPUS[task.corpus]
 
 
 def text_knobs(task: Task, source: str) -> tuple[tuple[str, Any], ...]:
@@ -373,7 +385,8 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...
     elif any(t.sps_tps for t in given):
         x, draft_from = fit_draft_overhead(plans, over_t, given, scaled), "fit"
     else:
-        x, draft_from = (est_d / est_t if scaled else est_d), "hardware"
+        # a measured clock (`calibrate clock`: every fixed cost is in its fits) estimates no overhead: none added
+        x, draft_from = ((est_d / est_t if est_t else 0.0) if scaled else est_d), "hardware"
     over_d = {t.name: x * over_t[t.name] if scaled else x for t in tasks}
     spread: dict[str, float] = {}
     alternatives: dict[str, list[tuple[float, float]]] = {}
