@@ -60,7 +60,8 @@ def settings_lines(records: list[Record]) -> list[str]:
         widened = ("; widened to how far the real figures of this many prompts stray from their task's where that is "
                    "wider (" + ", ".join(f"{t}, {n} prompt{'s' if n > 1 else ''}" for t, n in floored)
                    + "; python -m simulators calibrate floor)") if floored else ""
-        lines.append("±: the central 80% of the errors measured for this source and strategy (3 cells or more)" + (f" ({'; '.join(measured)})" if measured else "") + widened
+        lines.append("±: the central 80% of the errors measured for this source and strategy (3 cells or more)"
+                     + (f" ({'; '.join(measured)})" if measured else "") + widened
                      + "; ?: not measured" + "".join(
                          f"; {', '.join(names)}: {why}" for why, names in _no_band(sims).items()))
     return lines
