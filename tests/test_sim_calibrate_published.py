@@ -296,6 +296,7 @@ def test_a_measured_clock_adds_no_overhead_and_its_profile_runs_in_a_sweep(tmp_p
     [path] = list(out.glob("*.yaml"))
     prof = yaml.safe_load(path.read_text())
     assert "target_overhead_s" not in prof and "draft_overhead_s" not in prof
+    assert prof["fit"]["inputs"]["vanilla_tok_s"]["inferred"].startswith("the hardware profile's measured clock")
     assert "qwen_coder_humaneval_chat" in prof["fit"]["text_knobs"]   # the figures file's own text_profile
     prof.pop("defaults", None)
     pair = make_pair(load_conf("model", "qwen_coder"), load_conf("hardware", "xeon_amx_2c"), prof, seed=0)

@@ -298,6 +298,7 @@ def infer_agreement(trace: Trace, setting: str, over_t: float, over_d: float, tp
 # is given with how far it moves across r x these (`Calibration.spread`).
 RATIO_SPREAD = (0.754, 1.336)
 ROOFLINE = "hardware roofline: the spec-sheet cost plus the hardware profile's estimated per-forward overhead"
+MEASURED_CLOCK = "the hardware profile's measured clock (calibrate clock: forwards timed on that machine)"
 
 
 @dataclass
@@ -352,7 +353,8 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...
                                      "profile")
         else:   # a speedup alone: vanilla at the hardware profile's estimated overhead
             over = estimated_overheads(t)[0]
-            t = replace(t, vanilla_tps=v.tps(over, 0.0), inferred=(*t.inferred, ("vanilla_tok_s", ROOFLINE)))
+            how = MEASURED_CLOCK if measured_clock(t) else ROOFLINE
+            t = replace(t, vanilla_tps=v.tps(over, 0.0), inferred=(*t.inferred, ("vanilla_tok_s", how)))
         if t.sps_speedup is not None:
             t = replace(t, sps_tps=t.sps_speedup * t.vanilla_tps)
         over_t[t.name], vanilla[t.name] = over, v
