@@ -421,7 +421,7 @@ def main(a: Any, out=print) -> int:
 
 def band_table(doc: dict[str, Any]) -> str:
     lines = [f"{'source':<18}{'strategy':<13}{'eta':>8}{'tok/s':>8}{'speedup':>9}{'cells (eta/tok/s/spd)':>22}"
-             f"{'coverage':>10}{'loso':>7}"]
+             f"{'coverage':>10}{'loso':>7}  (coverage, loso: the lowest over the strategy's metrics)"]
     for src in ("profile_measured", "prior", "profile_recorded"):
         for m, e in (doc[src].get("strategies") or {}).items():
             def f(k: str, e: dict[str, Any] = e) -> str:
