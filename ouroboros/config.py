@@ -53,7 +53,6 @@ CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _NOISE = ("full_key:", "object_type=", "reference_type=", "Set the environment variable HYDRA_FULL_ERROR",
           "Config search path")   # dropped from one_line, with the indented lines under them
 WANDB_MODES = ("offline", "online", "disabled")
-KIND_GROUPS = ("hardware", "sim")   # groups only some backend kinds read (`BackendKind.config_groups`); null elsewhere
 
 
 @dataclass

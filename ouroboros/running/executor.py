@@ -237,8 +237,8 @@ class Executor:
                 continue
             with contextlib.ExitStack() as stack:  # claims in one order: two workers never wait on each other
                 mine = [p for p in sorted(group, key=lambda q: q.id) if stack.enter_context(self._claim(p.id)) is None]
-                order = [q.id for q in group]
-                mine.sort(key=lambda q: order.index(q.id))
+                order = {q.id: i for i, q in enumerate(group)}
+                mine.sort(key=lambda q: order[q.id])
                 if len(mine) < 2:
                     continue
                 sess = self.session(mine[0].run)

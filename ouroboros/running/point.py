@@ -17,12 +17,14 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from ouroboros.config import KIND_GROUPS, RunConfig
+from ouroboros.config import RunConfig
 from ouroboros.loop.metrics import RunResult, speedup, speedup_mean_speed, step_dict
 from ouroboros.running.divergence import divergences
 from ouroboros.running.record import SCHEMA_VERSION, Record
 from ouroboros.running.session import Session, effective_budgets, versions
 from ouroboros.strategies import strategy_params
+
+KIND_GROUPS = ("hardware", "sim")   # groups only some backend kinds read (`BackendKind.config_groups`); null elsewhere
 
 
 def point_key(run: RunConfig, strategy: str | None = None) -> dict[str, Any]:

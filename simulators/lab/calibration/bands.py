@@ -34,7 +34,7 @@ from simulators.trust import BAND_LEVEL
 
 BANDS_PATH = conf_root() / "calibration" / "bands.yaml"
 RECORDS_FROM = ("sweep records", "speedup records")   # cells measured from records files (--keep-records keeps them)
-MIN_QUANTILE_CELLS = 3   # below this many cells a band is the largest |error|, not an interpolated 80th percentile
+MIN_QUANTILE_CELLS = 3   # leave one out: a band of fewer other cells is their largest |error|, not a quantile
 # below this many cells a source gives no band at all: one or two errors are not a measured spread (a single cell is
 # inside its own "band" by construction); the reason lists what was measured
 MIN_BAND_CELLS = 3
@@ -277,9 +277,7 @@ def summarise(cells: list[dict[str, Any]], files: list[Path] | None = None) -> d
             if len(errs) < MIN_BAND_CELLS:
                 entry.setdefault("too_few_cells", {})[metric] = [round(e, 4) for e in errs]
                 continue
-            # too few cells for a central 80% to mean anything: the largest error (never narrower than measured)
-            b = quantile([abs(e) for e in errs], BAND_LEVEL) if len(errs) >= MIN_QUANTILE_CELLS else \
-                max(abs(e) for e in errs)
+            b = quantile([abs(e) for e in errs], BAND_LEVEL)
             entry[metric] = round(b, 4)
             entry.setdefault("cells", {})[metric] = len(errs)
             entry.setdefault("coverage", {})[metric] = round(sum(abs(e) <= b + 1e-12 for e in errs) / len(errs), 3)

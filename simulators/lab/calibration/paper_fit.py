@@ -380,15 +380,17 @@ def calibrate(n_prompts: int, seed: int, sps: str = "hf", tasks: tuple[Task, ...
     scaled = draft_overhead == "scaled"
     given = tuple(t for t in tasks if t.name not in traces)
     mean = next((t.mean_eta for t in tasks if t.mean_eta is not None), None)
+    # the hardware's estimated draft overhead (ratio to the target's when scaled); a measured clock (`calibrate
+    # clock`: every fixed cost is in its fits) has none to add
     est_t, est_d = estimated_overheads(tasks[0])   # the pair and hardware are the tasks'
+    estimate = 0.0 if measured_clock(tasks[0]) else est_d / est_t if scaled else est_d
     if traces and mean is not None:
-        x = fit_to_mean(plans, traces, over_t, tasks, scaled, mean, est_d / est_t if scaled else est_d)
+        x = fit_to_mean(plans, traces, over_t, tasks, scaled, mean, estimate)
         draft_from = "mean"
     elif any(t.sps_tps for t in given):
         x, draft_from = fit_draft_overhead(plans, over_t, given, scaled), "fit"
     else:
-        # a measured clock (`calibrate clock`: every fixed cost is in its fits) estimates no overhead: none added
-        x, draft_from = ((est_d / est_t if est_t else 0.0) if scaled else est_d), "hardware"
+        x, draft_from = estimate, "hardware"
     over_d = {t.name: x * over_t[t.name] if scaled else x for t in tasks}
     spread: dict[str, float] = {}
     alternatives: dict[str, list[tuple[float, float]]] = {}
