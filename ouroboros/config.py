@@ -36,7 +36,7 @@ from ouroboros.errors import OuroborosError
 from ouroboros.loop.sampling import SamplingConfig
 from ouroboros.paths import check_writable
 from ouroboros.prompts.datasets import load_records
-from ouroboros.serving.load import check_prefill, check_rate, check_shared_pool, check_simulated
+from ouroboros.serving.load import check_load_aware, check_prefill, check_rate, check_shared_pool
 from ouroboros.strategies import (
     NeedsDatastore,
     check_files,
@@ -309,10 +309,10 @@ def check_serve(run: RunConfig) -> None:
         return
     check_rate(sv.rate)
     kind = run.kind
-    check_simulated(sv.rate, sv.load_aware, kind.simulated)
     if is_peer(run.strategy.name):
-        raise OuroborosError(f"strategy '{run.strategy.name}' is a peer (another engine's own decoding): it cannot "
-                             "join our batch (serve.concurrency)")
+        check_served_peer(run)
+        return
+    check_load_aware(sv.load_aware, kind.simulated)
     if not run.sampling.greedy:
         raise OuroborosError("serve.concurrency runs greedy decoding only (sampling.temperature=0)")
     if sv.prefill == "batched" and not kind.batched_prefill:
@@ -320,6 +320,23 @@ def check_serve(run: RunConfig) -> None:
                              "forward (serve.prefill=separate)")
     check_shared_pool(sv.shared_pool, run.strategy.name, run.strategy.params)
     kind.check_serve(run)
+
+
+def check_served_peer(run: RunConfig) -> None:
+    """A peer under load: only an engine with its own batching (vLLM) serves; it waits for open-loop arrivals in
+    real time and schedules its own prefill."""
+    from ouroboros.running.peer_configs import PEERS
+
+    name, sv = run.strategy.name, run.serve
+    if PEERS[name].engine != "vllm":
+        raise OuroborosError(f"strategy '{name}' is a peer that decodes one request at a time (transformers' "
+                             "generate): it cannot serve under load (serve.concurrency); the vLLM peers can")
+    if sv.load_aware or sv.shared_pool:
+        raise OuroborosError(f"serve.load_aware and serve.shared_pool are our batching's; '{name}' batches in vLLM")
+    if sv.prefill is not None:
+        raise OuroborosError(f"serve.prefill is our batching's; '{name}' schedules its own prefill (vLLM's)")
+    if not run.sampling.greedy:
+        raise OuroborosError("serve.concurrency runs greedy decoding only (sampling.temperature=0)")
 
 
 def check_outputs(run: RunConfig, extra: list[tuple[str, str]] | None = None) -> None:

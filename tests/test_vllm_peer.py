@@ -52,13 +52,34 @@ for line in sys.stdin:
         send({"op": "closed"}); break
     if (here / "die_on_generate").exists():
         print("Fatal: the engine core died", file=sys.stderr); sys.exit(3)
-    t0, ids, out = time.perf_counter(), list(msg["prompt"]), []
-    with torch.no_grad():
-        while len(out) < msg["max_tokens"]:
-            tok = int(model(torch.tensor([ids + out])).logits[0, -1].argmax())
-            out.append(tok)
-            if tok in msg["stop_token_ids"]:
-                break
+    def greedy(msg):
+        ids, out = list(msg["prompt"]), []
+        with torch.no_grad():
+            while len(out) < msg["max_tokens"]:
+                tok = int(model(torch.tensor([ids + out])).logits[0, -1].argmax())
+                out.append(tok)
+                if tok in msg["stop_token_ids"]:
+                    break
+        return out
+    if msg["op"] == "serve":   # one request after another, a token per step, each arriving when asked
+        (here / "serves.jsonl").open("a").write(json.dumps(msg) + "\n")
+        t0, done = time.perf_counter(), []
+        for i, r in enumerate(msg["requests"]):
+            arr = msg["arrivals"][i] if msg["arrivals"] else time.perf_counter() - t0
+            start = max(arr, time.perf_counter() - t0)
+            out = greedy(r)
+            end = max(time.perf_counter() - t0, start + 1e-6 * len(out))
+            step = (end - start) / len(out)
+            done.append({"prompt_id": r["prompt_id"], "output": out, "finish_reason": "length", "arrival_s": arr,
+                         "start_s": start, "first_token_s": start + step, "end_s": end, "step_tokens": [1] * len(out),
+                         "step_s": [step] * len(out), "mean_batch": 1.0})
+        n = sum(len(x["output"]) for x in done)
+        send({"op": "served", "requests": done, "engine_steps": n, "request_steps": n,
+              "spec": {"num_drafts": n, "num_draft_tokens": 3 * n, "num_accepted_tokens": 0,
+                       "accepted_per_pos": [0, 0, 0]} if spec else None})
+        continue
+    t0 = time.perf_counter()
+    out = greedy(msg)
     steps = [1] + [2] * ((len(out) - 1) // 2) + [1] * ((len(out) - 1) % 2) if spec else [1] * len(out)
     n = len(steps) - 1
     counts = {"num_drafts": n, "num_draft_tokens": 3 * n, "num_accepted_tokens": steps.count(2),
@@ -365,6 +386,104 @@ def test_vllm_compare_sweep_on_the_fake_worker(pair, tmp_path, monkeypatch):
     paired = [ln for ln in res.out.splitlines() if ln.startswith("paired: ")]
     assert len(paired) == 3 and all("two processes' clocks" in ln and "alternated" in ln for ln in paired)
     assert sum(ln.startswith("vLLM acceptance: ") for ln in res.out.splitlines()) == 2   # draft and ngram
+
+
+def test_served_peer_on_the_fake_worker(pair, tmp_path, monkeypatch):
+    """`serve.concurrency` on a vLLM peer: the requests go to its engine at once (closed loop: no arrivals; open
+    loop: the Poisson arrivals of serve.rate), come back as a served record beside our own batching's vanilla, the
+    same tokens, with throughput, TTFT and TPOT."""
+    t, d, _, _ = pair
+    venv = fake_venv(tmp_path / "v")
+    monkeypatch.setattr(env, "default_venv", lambda: venv)
+    out = tmp_path / "r.jsonl"
+    common = ["model=hf", f"model.target={t}", f"model.draft={d}", "backend.dtype=float64", "dataset.num_prompts=2",
+              "dataset.prompt_len=10", "max_new_tokens=5", "serve.concurrency=2", "serve.requests=3", "logger=quiet",
+              f"out={out}"]
+    res = run_module("ouroboros.run", "strategy=vllm_greedy", *common, tmp=tmp_path)
+    assert res.code == 0, res.err
+    res = run_module("ouroboros.run", "strategy=vllm_greedy", "serve.rate=50", *common, tmp=tmp_path)
+    assert res.code == 0, res.err
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    recs = [r for r in recs if "point_id" in r and r.get("kind") != "prompt_result"]
+    assert [r["strategy"] for r in recs] == ["vanilla", "vllm_greedy", "vanilla", "vllm_greedy"]
+    closed, opened = recs[1], recs[3]
+    for r in (closed, opened):
+        sv = r["serving"]
+        assert sv["requests"] == 3 and sv["concurrency"] == 2 and sv["prefill"] == "engine"
+        assert sv["throughput_tok_s"] > 0 and sv["ttft_s_p50"] > 0 and sv["tpot_s_p50"] >= 0
+        assert r["identical_to_baseline"] == "3/3"
+    assert closed["serving"]["rate"] is None and opened["serving"]["rate"] == 50
+    first, second = [json.loads(x) for x in (venv / "serves.jsonl").read_text().splitlines()]
+    assert first["arrivals"] is None and first["concurrency"] == 2 and len(first["requests"]) == 3
+    assert len(second["arrivals"]) == 3 and second["arrivals"] == sorted(second["arrivals"])
+    assert [q["prompt"] for q in first["requests"]][2] == first["requests"][0]["prompt"]   # requests cycle prompts
+
+
+@pytest.mark.parametrize("overrides, msg", [
+    (["strategy=hf_greedy"], "decodes one request at a time"),
+    (["strategy=vllm_greedy", "serve.prefill=separate"], "schedules its own prefill"),
+    (["strategy=vllm_greedy", "serve.load_aware=true"], "batches in vLLM"),
+    (["strategy=vllm_greedy", "sampling.temperature=0.7"], "greedy decoding only"),
+])
+def test_served_peer_bad_settings_are_one_line(overrides, msg, tmp_path):
+    res = run_module("ouroboros.run", "model=tiny", "backend=hf", "serve.concurrency=2", *overrides, tmp=tmp_path)
+    assert res.code != 0 and msg in res.err and len(res.err.strip().splitlines()) == 1, res.err
+
+
+class _Out:
+    def __init__(self, rid: str, tokens: list[int], finished: bool):
+        self.request_id, self.finished = rid, finished
+        self.outputs = [type("C", (), {"token_ids": tokens, "finish_reason": "length" if finished else None})()]
+
+
+class _Engine:
+    """vLLM's LLMEngine as serve_batch uses it: add_request (an id with a suffix, as vLLM 0.32 gives), step (a token
+    for every request in flight), has_unfinished_requests; the most requests it ever held at once."""
+
+    def __init__(self):
+        self.live: dict[str, list] = {}
+        self.most = 0
+
+    def add_request(self, rid, prompt, params):
+        self.live[rid + "-x"] = [rid, params.max_tokens, []]
+        self.most = max(self.most, len(self.live))
+        return rid + "-x"
+
+    def step(self):
+        outs = []
+        for key, (rid, budget, toks) in list(self.live.items()):
+            toks.append(100 + int(rid) * 10 + len(toks))
+            done = len(toks) >= budget
+            outs.append(_Out(rid, list(toks), done))
+            if done:
+                del self.live[key]
+        return outs
+
+    def has_unfinished_requests(self):
+        return bool(self.live)
+
+
+def test_worker_serve_batch_keeps_the_load(monkeypatch):
+    """The worker's own loop (no vLLM here): never more than `concurrency` requests in the engine; open loop: none
+    added before its arrival; every request's tokens back in request order, timed step by step."""
+    from ouroboros.vllm import worker
+
+    monkeypatch.setattr(worker, "add", lambda engine, rid, req: engine.add_request(
+        rid, req.prompt, type("P", (), {"max_tokens": req.max_tokens})()))
+    reqs = [GenerateRequest(f"p{i % 2}", [1, 2, 3], 3 + i, [0]) for i in range(5)]
+    for arrivals in (None, [0.0, 0.0, 0.02, 0.03, 0.2]):
+        engine = _Engine()
+        llm = type("L", (), {"llm_engine": engine})()
+        reply = worker.serve_batch(llm, protocol.ServeRequest(reqs, 2, arrivals), speculative=False)
+        assert engine.most == 2
+        assert [r.output for r in reply.requests] == [[100 + 10 * i + k for k in range(3 + i)] for i in range(5)]
+        for i, r in enumerate(reply.requests):
+            assert r.prompt_id == f"p{i % 2}" and sum(r.step_tokens) == len(r.output) == len(r.step_s)
+            assert r.arrival_s <= r.start_s < r.first_token_s <= r.end_s and 1 <= r.mean_batch <= 2
+            if arrivals is not None:
+                assert r.arrival_s == arrivals[i]
+        assert reply.request_steps / reply.engine_steps <= 2
+    assert reply.requests[4].start_s >= 0.2   # the last arrival was waited for
 
 
 # ------------------------------------------------------------------------------------------------ real vLLM

@@ -294,7 +294,8 @@ class Executor:
         return keep
 
     def _serve(self, point: Point, sess: Session) -> RunResult:
-        """A served point (serve.concurrency >= 1): every request decoded under load, continuous batching."""
+        """A served point (serve.concurrency >= 1): every request decoded under load, continuous batching (ours, or
+        a vLLM peer's own)."""
         from ouroboros.serving.batch import Load, Request, engine_for, serve, slot_factory
 
         run, sv = point.run, point.run.serve
@@ -303,6 +304,14 @@ class Executor:
         reqs = [Request(list(sess.prompts[i % m].ids), each[i % m], request_id(sess.prompts[i % m].id, i // m))
                 for i in range(n)]
         load = Load(sv.concurrency, sv.rate, sv.seed)
+        if is_peer(run.strategy.name):   # another engine's own batching (vLLM): its scheduler, its prefill
+            from ouroboros.running.peers import PeerRunner
+
+            runner = self._runner(point, sess)
+            assert isinstance(runner, PeerRunner)
+            out = runner.serve(reqs, load, run.warmup)
+            return RunResult(strategy=point.label, prompts=[s.result for s in out.requests],
+                             serving={**out.summary(load), "prefill": "engine"})
         prefill = sv.prefill or ("batched" if run.kind.batched_prefill else "separate")
         draft = sess.draft if get_spec(run.strategy.name).needs_draft_model else None
 

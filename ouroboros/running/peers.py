@@ -41,6 +41,7 @@ from ouroboros.loop.metrics import PromptResult, RunResult, StepRecord
 from ouroboros.loop.sampling import SamplingConfig, stream_seed
 from ouroboros.running.harness import WARMUP_TOKENS, run_prompts
 from ouroboros.running.peer_configs import PEERS
+from ouroboros.serving.load import Load, Request, ServeResult
 from ouroboros.strategies import make_config
 from ouroboros.vllm.client import VLLMPeer, model_dir
 
@@ -221,6 +222,16 @@ class PeerRunner:
 
     def __call__(self, prompt: Sequence[int], budget: int, prompt_id: str) -> PromptResult:
         return self.engine.decode(prompt, budget, prompt_id)
+
+    def serve(self, requests: Sequence[Request], load: Load, warmup: bool = True) -> ServeResult:
+        """Every request under `load` on the peer's own engine (vLLM's continuous batching); after one short
+        untimed request (the engine starts there) when `warmup`."""
+        if not isinstance(self.engine, VLLMPeer):
+            raise OuroborosError(f"peer {self.name!r} runs transformers' generate one request at a time: it cannot "
+                                 "serve under load (serve.concurrency); the vLLM peers can")
+        if warmup:
+            self.warm_up(requests[0].prompt, requests[0].budget)
+        return self.engine.serve(requests, load)
 
 
 def run_peer(name: str, params: dict[str, Any] | None, target, draft, prompts: Sequence[Sequence[int]],

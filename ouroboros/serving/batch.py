@@ -12,11 +12,11 @@ per batched forward:
 
 `engine_for(backend)` is the engine of its backend kind (ouroboros/backends/registry.py). Requests join and leave
 between forwards: a new request is admitted when one finishes (closed loop, concurrency C) or when its arrival time
-has come (open loop, Poisson arrivals, simulated clock only). A request's prefill is its own forward, or rides in
-the next batched forward of its model (sim, prefill="batched"). `slot_factory` builds a batch slot: fresh backends
-on the pair's models (`Servable.fresh()`) and the strategy's proposer on them, optionally load-aware
-(ouroboros/serving/loadaware.py) or sharing one phrase pool (`SharesPool`). Requests, loads and results:
-ouroboros/serving/load.py.
+has come (open loop, Poisson arrivals: a simulated clock is charged an idle wait, a real one sleeps it). A
+request's prefill is its own forward, or rides in the next batched forward of its model (sim, prefill="batched").
+`slot_factory` builds a batch slot: fresh backends on the pair's models (`Servable.fresh()`) and the strategy's
+proposer on them, optionally load-aware (ouroboros/serving/loadaware.py) or sharing one phrase pool (`SharesPool`).
+Requests, loads and results: ouroboros/serving/load.py.
 
 Knows nothing of Hydra, records or which strategy runs.
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -42,8 +43,8 @@ from ouroboros.serving.load import (
     Served,
     ServeResult,
     arrivals,
+    check_load_aware,
     check_shared_pool,
-    check_simulated,
 )
 from ouroboros.serving.loadaware import CostModelled, DepthStats, LoadAware
 from ouroboros.serving.scheduler import Engine, Row, Scheduler, Task
@@ -76,12 +77,12 @@ def serve(requests: Sequence[Request], load: Load, engine: Engine, make_slot: Ca
     request to request (as a single-request runner keeps its proposer)."""
     if not requests:
         raise OuroborosError("serve: no requests")
-    check_simulated(load.rate, False, engine.clock.simulated)
     verifier = verifier or greedy_verifier
     reqs = [Request(r.prompt, r.budget, r.id, r.arrival_s) for r in requests]
-    if load.rate is not None:
+    if load.rate is not None:   # from now on this engine's clock (a simulated one starts at 0)
+        t0 = engine.clock.now()
         for r, t in zip(reqs, arrivals(len(reqs), load.rate, load.seed), strict=True):
-            r.arrival_s = t
+            r.arrival_s = t0 + t
     queue = list(reqs)
     free = list(range(load.concurrency))
     slots: dict[int, Slot] = {}
@@ -92,7 +93,10 @@ def serve(requests: Sequence[Request], load: Load, engine: Engine, make_slot: Ca
             return
         now = engine.clock.now()
         if load.rate is not None and queue and free and not sched.active and queue[0].arrival_s > now:
-            cast(Any, engine.clock).charge(queue[0].arrival_s - now)   # a simulated clock idles until the next one
+            if engine.clock.simulated:   # idle until the next arrival: a simulated clock is charged the wait ...
+                cast(Any, engine.clock).charge(queue[0].arrival_s - now)
+            else:                        # ... a real one waits it out
+                time.sleep(queue[0].arrival_s - now)
             now = engine.clock.now()
         while queue and free and (load.rate is None or queue[0].arrival_s <= now):
             req = queue.pop(0)
@@ -153,7 +157,7 @@ def slot_factory(target: Backend, draft: Backend | None, strategy: str, params: 
     serving scale: a phrase one request harvests serves every request; requests run one at a time between
     forwards, so the pool is never touched concurrently)."""
     needs_draft = bool(get_spec(strategy).needs_draft_model)
-    check_simulated(None, load_aware, isinstance(target, CostModelled))
+    check_load_aware(load_aware, isinstance(target, CostModelled))
     check_shared_pool(shared_pool, strategy, params)
     pools: list[Any] = []
     shared_stats = DepthStats(max_draft, needs_draft and draft is not None)

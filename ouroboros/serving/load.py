@@ -34,11 +34,8 @@ def check_rate(rate: float | None) -> None:
         raise OuroborosError(f"serve.rate must be > 0 requests per second, got {rate}")
 
 
-def check_simulated(rate: float | None, load_aware: bool, simulated: bool) -> None:
-    """What only the simulated clock can do: wait for the next arrival (open loop) and size drafts by the cost
-    model (load-aware)."""
-    if rate is not None and not simulated:
-        raise OuroborosError("serve.rate (open-loop arrivals) needs the simulated clock: backend=sim")
+def check_load_aware(load_aware: bool, simulated: bool) -> None:
+    """What only the simulated clock can do: size drafts by the cost model (load-aware)."""
     if load_aware and not simulated:
         raise OuroborosError("serve.load_aware sizes drafts with the cost model: backend=sim")
 
@@ -61,7 +58,7 @@ class Request:
 @dataclass
 class Load:
     concurrency: int = 1          # requests decoding at once at most (closed loop: a new one starts as one ends)
-    rate: float | None = None     # open loop: Poisson arrivals per second (simulated clock only); None = closed
+    rate: float | None = None     # open loop: Poisson arrivals per second (real clocks wait for them); None = closed
     seed: int = 0
 
     def __post_init__(self) -> None:

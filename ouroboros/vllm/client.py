@@ -16,6 +16,11 @@ its tokens - 1 (the bonus token) and its draft depth is recorded as that (a lowe
 vLLM's own counters (drafts, draft tokens, accepted tokens, accepted per position) are in `proposer_stats` as
 `vllm.*`.
 
+Under load (`VLLMPeer.serve`, `serve.concurrency` >= 1): the requests go to the worker at once and vLLM's engine
+batches them itself (its scheduler, its chunked prefill); arrivals, starts, first tokens and ends are the worker's
+clock, from the serve's start. A served peer point is timed by one process: its throughput stands beside ours from
+a separate point (sequential, not alternated), which the serving table says.
+
 Knows nothing of our strategies, the decode loop or Hydra.
 """
 
@@ -35,8 +40,21 @@ from ouroboros.errors import OuroborosError
 from ouroboros.loop.metrics import PromptResult, StepRecord
 from ouroboros.loop.sampling import SamplingConfig, stream_seed
 from ouroboros.running.peer_configs import VLLMConfig
+from ouroboros.serving.load import TARGET, Load, Request, Served, ServeResult, arrivals
 from ouroboros.vllm.env import check_venv
-from ouroboros.vllm.protocol import EngineSpec, GenerateRequest, GenerateResult, Ready, decode, encode, result_from
+from ouroboros.vllm.protocol import (
+    EngineSpec,
+    GenerateRequest,
+    GenerateResult,
+    Ready,
+    ServedRequest,
+    ServeReply,
+    ServeRequest,
+    decode,
+    encode,
+    reply_from,
+    result_from,
+)
 
 WORKER = Path(__file__).resolve().with_name("worker.py")
 KV_SLACK = 1.25                 # room for one request of max_model_len, x this (vLLM's blocks round up)
@@ -92,6 +110,10 @@ class WorkerProcess:
     def generate(self, req: GenerateRequest) -> GenerateResult:
         self._send("generate", req)
         return result_from(self._expect("result", f"decode prompt {req.prompt_id}"))
+
+    def serve(self, req: ServeRequest) -> ServeReply:
+        self._send("serve", req)
+        return reply_from(self._expect("served", f"serve {len(req.requests)} requests"))
 
     def close(self) -> None:
         """Ask the worker to stop, then wait for it (its engine shuts down its own processes). The log is removed
@@ -185,6 +207,29 @@ def prompt_result(res: GenerateResult, prompt_len: int, eos_ids: Sequence[int], 
                         steps=steps_of(res, prompt_len), proposer_stats=stats)
 
 
+def served(r: ServedRequest, prompt_len: int, eos_ids: Sequence[int]) -> Served:
+    """One request of a vLLM serve as ours (times from the serve's start, worker clock)."""
+    res = GenerateResult(prompt_id=r.prompt_id, output=r.output, finish_reason=r.finish_reason,
+                         elapsed_s=r.end_s - r.start_s, first_token_s=r.first_token_s - r.start_s,
+                         step_tokens=r.step_tokens, step_s=r.step_s)
+    pr = prompt_result(res, prompt_len, eos_ids, 0.0)
+    pr.proposer_stats.pop("vllm.roundtrip_s")   # one round trip for the whole serve: not a request's
+    return Served(result=pr, arrival_s=r.arrival_s, start_s=r.start_s, first_token_s=r.first_token_s, end_s=r.end_s,
+                  slot=-1, mean_batch=r.mean_batch)
+
+
+def serve_result(reply: ServeReply, requests: Sequence[Request], eos_ids: Sequence[int]) -> ServeResult:
+    """A vLLM serve as our ServeResult: one "forward" per engine step, its rows the requests in flight (vLLM's
+    scheduler batches tokens, not our rows: mean_batch is requests per step); vLLM's counters over the whole serve
+    go on the first request's proposer_stats as `vllm.serve_*`."""
+    out = [served(r, len(q.prompt), eos_ids) for r, q in zip(reply.requests, requests, strict=True)]
+    if reply.spec is not None and out:
+        out[0].result.proposer_stats.update({"vllm.serve_num_drafts": reply.spec.num_drafts,
+                                             "vllm.serve_num_draft_tokens": reply.spec.num_draft_tokens,
+                                             "vllm.serve_num_accepted_tokens": reply.spec.num_accepted_tokens})
+    return ServeResult(requests=out, forwards={TARGET: reply.engine_steps}, rows={TARGET: reply.request_steps})
+
+
 class VLLMPeer:
     """A vLLM peer's engine. Built here: the checks (venv, model folders) and the engine's spec; started on first use
     (the warm-up, before any clock reading: start-up is never measured), so that a peer whose prompts are all
@@ -230,6 +275,14 @@ class VLLMPeer:
         t0 = time.perf_counter()
         res = self.worker.generate(self.request(prompt, budget, prompt_id))
         return prompt_result(res, len(prompt), self.eos_ids, time.perf_counter() - t0)
+
+    def serve(self, requests: Sequence[Request], load: Load) -> ServeResult:
+        """Every request through the engine at once, under `load` (closed loop at its concurrency, or open loop
+        with Poisson arrivals at its rate: vLLM's engine waits for them in real time, its own clock)."""
+        times = arrivals(len(requests), load.rate, load.seed) if load.rate is not None else None
+        gen = [self.request(q.prompt, q.budget, q.id) for q in requests]
+        reply = self.worker.serve(ServeRequest(requests=gen, concurrency=load.concurrency, arrivals=times))
+        return serve_result(reply, requests, self.eos_ids)
 
     def close(self) -> None:
         if self._finalizer is not None:

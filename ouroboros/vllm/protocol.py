@@ -4,6 +4,7 @@
     client -> worker                      worker -> client
     {"op": "start", EngineSpec}           {"op": "ready", Ready}        (or {"op": "error", "message": ...})
     {"op": "generate", GenerateRequest}   {"op": "result", GenerateResult}
+    {"op": "serve", ServeRequest}         {"op": "served", ServeReply}  (many requests at once, under a load)
     {"op": "close"}                       {"op": "closed"}              (the worker exits; so it does at end of input)
 
 Worked example (one prompt, greedy, 3 new tokens, vLLM's ngram drafting):
@@ -26,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-OPS = ("start", "ready", "generate", "result", "close", "closed", "error")
+OPS = ("start", "ready", "generate", "result", "serve", "served", "close", "closed", "error")
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,42 @@ class GenerateResult:
     spec: SpecCounts | None = None   # None: no speculation, or vLLM kept no counters
 
 
+@dataclass(frozen=True)
+class ServeRequest:
+    """Many requests through one engine at once (vLLM's own continuous batching). Closed loop (`arrivals` None):
+    at most `concurrency` in flight, the next one added as one finishes. Open loop: request i arrives
+    `arrivals[i]` seconds after the start and is added then (or, with `concurrency` in flight, when one finishes)."""
+
+    requests: list[GenerateRequest]
+    concurrency: int
+    arrivals: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    """One request's outcome under load; times in seconds from the serve's start (worker clock). Closed loop: it
+    arrives when it is added."""
+
+    prompt_id: str
+    output: list[int]
+    finish_reason: str
+    arrival_s: float
+    start_s: float                # added to the engine
+    first_token_s: float
+    end_s: float
+    step_tokens: list[int]        # per engine step that gave it tokens: how many
+    step_s: list[float]           # ... that step's end minus its previous token step's (the first: minus start_s)
+    mean_batch: float = 1.0       # requests in flight, averaged over the engine steps it was in flight
+
+
+@dataclass(frozen=True)
+class ServeReply:
+    requests: list[ServedRequest]          # in request order
+    engine_steps: int                       # engine steps that ran at least one request
+    request_steps: int                      # sum over those steps of the requests in flight (/ steps = mean batch)
+    spec: SpecCounts | None = None          # vLLM's counters over the whole serve
+
+
 def encode(op: str, body: Any = None) -> str:
     """One line: `{"op": op, **fields of body}` (a dataclass or a dict)."""
     assert op in OPS, op
@@ -115,3 +152,14 @@ def decode(line: str) -> tuple[str, dict[str, Any]]:
 def result_from(fields: dict[str, Any]) -> GenerateResult:
     spec = fields.get("spec")
     return GenerateResult(**{**fields, "spec": SpecCounts(**spec) if spec is not None else None})
+
+
+def reply_from(fields: dict[str, Any]) -> ServeReply:
+    spec = fields.get("spec")
+    return ServeReply(requests=[ServedRequest(**r) for r in fields["requests"]], engine_steps=fields["engine_steps"],
+                      request_steps=fields["request_steps"], spec=SpecCounts(**spec) if spec is not None else None)
+
+
+def serve_request_from(fields: dict[str, Any]) -> ServeRequest:
+    return ServeRequest(requests=[GenerateRequest(**r) for r in fields["requests"]],
+                        concurrency=int(fields["concurrency"]), arrivals=fields.get("arrivals"))
