@@ -1,5 +1,6 @@
 import functools
 
+import pytest
 import torch
 from hypothesis import settings
 
@@ -8,6 +9,17 @@ from ouroboros.backends.tiny import perturbed, tiny_model
 # Tiny models gain nothing from intra-op threads, and on a shared 2-core machine OpenMP threads waiting for a
 # descheduled sibling turn microsecond ops into milliseconds (measured: 39 s -> 0.7 s for 50 sampled decodes).
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Every test starts on one thread: an entry point run in-process may set torch's threads for its machine
+    (`calibrate clock --threads 2`, `backend.threads`), and every later test on that worker then paid the waits
+    above (measured: the lossless property tests 10x slower in the suite than alone)."""
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+    yield
+
 
 # A property test checks what is computed, not how fast: hypothesis' 200 ms per-example deadline fails on a loaded
 # machine (seen: 273 ms for one tree-mask example under a real-model run), so examples are not timed.

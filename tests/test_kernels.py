@@ -7,16 +7,22 @@ import torch
 from ouroboros.backends import kernels
 from ouroboros.backends.models import _fp32_blocks
 
-op = kernels.kernel()
-needs_kernel = pytest.mark.skipif(op is None, reason=f"bf16 kernel unavailable: {kernels.unavailable_reason()}")
+
+@pytest.fixture(scope="module")
+def op():
+    """The kernel, built when a test first needs it (not at collection: every xdist worker collects every module,
+    and a build there held both workers for the whole compile)."""
+    fn = kernels.kernel()
+    if fn is None:
+        pytest.skip(f"bf16 kernel unavailable: {kernels.unavailable_reason()}")
+    return fn
 
 # (N, K, M): M < 4 runs 4 x 2 tiles, M >= 4 runs 3 x 4 tiles with 2- and 1-row remainders
 SHAPES = [(1, 8, 1), (7, 13, 1), (9, 24, 5), (33, 8, 3), (64, 100, 9), (257, 1536, 8), (5, 17, 6), (11, 40, 13)]
 
 
-@needs_kernel
 @pytest.mark.parametrize("n, k, m", SHAPES)
-def test_kernel_matches_an_fp64_product_and_is_row_independent(n, k, m):
+def test_kernel_matches_an_fp64_product_and_is_row_independent(op, n, k, m):
     g = torch.Generator().manual_seed(n * 1000 + k)
     w = torch.randn(n, k, generator=g).bfloat16()
     x = torch.randn(m, k, generator=g)
@@ -29,8 +35,7 @@ def test_kernel_matches_an_fp64_product_and_is_row_independent(n, k, m):
         assert torch.equal(op(x[i:].contiguous(), w)[0], y[i])
 
 
-@needs_kernel
-def test_kernel_refuses_bad_inputs():
+def test_kernel_refuses_bad_inputs(op):
     w = torch.randn(4, 8).bfloat16()
     with pytest.raises(RuntimeError, match="disagree on K"):
         op(torch.randn(2, 9), w)
