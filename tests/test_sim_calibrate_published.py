@@ -293,8 +293,9 @@ def test_a_measured_clock_adds_no_overhead_and_its_profile_runs_in_a_sweep(tmp_p
     res = run_module("simulators", "calibrate", "measured", "--from", str(QWEN_FIGURES),
                      "--prompts", "2", "--no-spread", "--out-dir", str(out))
     assert res.code == 0, res.err[-2000:]
-    [path] = list(out.glob("*.yaml"))
-    prof = yaml.safe_load(path.read_text())
+    paths = sorted(out.glob("*.yaml"))
+    assert [p.name for p in paths] == [f"qwen_coder_{t}.yaml" for t in ("gsm8k", "humaneval", "mtbench")]
+    prof = yaml.safe_load(paths[1].read_text())
     assert "target_overhead_s" not in prof and "draft_overhead_s" not in prof
     assert prof["fit"]["inputs"]["vanilla_tok_s"]["inferred"].startswith("the hardware profile's measured clock")
     assert "qwen_coder_humaneval_chat" in prof["fit"]["text_knobs"]   # the figures file's own text_profile
@@ -305,8 +306,9 @@ def test_a_measured_clock_adds_no_overhead_and_its_profile_runs_in_a_sweep(tmp_p
 
 def test_a_figures_files_text_profile_is_checked(tmp_path):
     doc = yaml.safe_load(QWEN_FIGURES.read_text())
-    [t] = load_tasks(QWEN_FIGURES)[0]
-    assert t.text_profile == "qwen_coder_humaneval_chat"
+    tasks = load_tasks(QWEN_FIGURES)[0]
+    assert [t.text_profile for t in tasks] == ["qwen_coder_humaneval_chat", "qwen_coder_mtbench_chat",
+                                               "qwen_coder_gsm8k"]
     for name, needle in (("nope", "nope"), ("yi34b_6b_humaneval", "fitted for pair yi34b_6b, not qwen_coder")):
         doc["tasks"]["humaneval"]["text_profile"] = name
         path = tmp_path / "f.yaml"
