@@ -397,26 +397,31 @@ def test_served_peer_on_the_fake_worker(pair, tmp_path, monkeypatch):
     monkeypatch.setattr(env, "default_venv", lambda: venv)
     out = tmp_path / "r.jsonl"
     common = ["model=hf", f"model.target={t}", f"model.draft={d}", "backend.dtype=float64", "dataset.num_prompts=2",
-              "dataset.prompt_len=10", "max_new_tokens=5", "serve.concurrency=2", "serve.requests=3", "logger=quiet",
-              f"out={out}"]
-    res = run_module("ouroboros.run", "strategy=vllm_greedy", *common, tmp=tmp_path)
+              "dataset.prompt_len=10", "max_new_tokens=5", "serve.requests=3", "logger=quiet", f"out={out}",
+              "strategy=vllm_greedy"]
+    res = run_module("ouroboros.sweep", 'sweep.grid=["serve.concurrency=1,2"]', "logger.console=true", *common,
+                     tmp=tmp_path)
     assert res.code == 0, res.err
-    res = run_module("ouroboros.run", "strategy=vllm_greedy", "serve.rate=50", *common, tmp=tmp_path)
+    said = [ln for ln in res.out.splitlines() if ln.startswith("served peers (vllm_greedy")]
+    assert len(said) == 1 and "no ours/peer ratio" in said[0] and "ours/peer: " not in res.out
+    assert len(starts(venv)) == 1   # one engine for both served points of the peer
+    res = run_module("ouroboros.run", "serve.concurrency=2", "serve.rate=50", *common, tmp=tmp_path)
     assert res.code == 0, res.err
     recs = [json.loads(x) for x in out.read_text().splitlines()]
     recs = [r for r in recs if "point_id" in r and r.get("kind") != "prompt_result"]
-    assert [r["strategy"] for r in recs] == ["vanilla", "vllm_greedy", "vanilla", "vllm_greedy"]
-    closed, opened = recs[1], recs[3]
-    for r in (closed, opened):
+    assert [r["strategy"] for r in recs] == ["vanilla", "vllm_greedy"] * 3
+    assert [r["serving"]["concurrency"] for r in recs] == [1, 1, 2, 2, 2, 2]
+    for r in recs[1::2]:
         sv = r["serving"]
-        assert sv["requests"] == 3 and sv["concurrency"] == 2 and sv["prefill"] == "engine"
+        assert sv["requests"] == 3 and sv["prefill"] == "engine"
         assert sv["throughput_tok_s"] > 0 and sv["ttft_s_p50"] > 0 and sv["tpot_s_p50"] >= 0
         assert r["identical_to_baseline"] == "3/3"
-    assert closed["serving"]["rate"] is None and opened["serving"]["rate"] == 50
-    first, second = [json.loads(x) for x in (venv / "serves.jsonl").read_text().splitlines()]
-    assert first["arrivals"] is None and first["concurrency"] == 2 and len(first["requests"]) == 3
-    assert len(second["arrivals"]) == 3 and second["arrivals"] == sorted(second["arrivals"])
-    assert [q["prompt"] for q in first["requests"]][2] == first["requests"][0]["prompt"]   # requests cycle prompts
+    assert recs[3]["serving"]["rate"] is None and recs[5]["serving"]["rate"] == 50
+    assert recs[4]["serving"]["rate"] == 50   # our batching's open loop, on the wall clock, beside it
+    one, two, opened = [json.loads(x) for x in (venv / "serves.jsonl").read_text().splitlines()]
+    assert one["arrivals"] is None and (one["concurrency"], two["concurrency"]) == (1, 2)
+    assert len(opened["arrivals"]) == 3 and opened["arrivals"] == sorted(opened["arrivals"])
+    assert [q["prompt"] for q in one["requests"]][2] == one["requests"][0]["prompt"]   # requests cycle prompts
 
 
 @pytest.mark.parametrize("overrides, msg", [

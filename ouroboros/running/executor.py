@@ -17,6 +17,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -83,6 +84,9 @@ class Executor:
     _planned: set[str] = field(default_factory=set)
     _stateful: set[str] = field(default_factory=set)   # points whose proposer keeps state across prompts
     _base_records: dict[str, str] = field(default_factory=dict)   # point_id -> the record_id of its `_results`
+    # the last served peer's runner (its engine alive) and what it was built from: the next served point of the same
+    # peer, settings and session reuses it (vLLM's start-up is a minute or more); another one closes it first
+    _served_peer: tuple[str, Any] | None = None
 
     def session(self, run: RunConfig) -> Session:
         key = pair_key(run) + json.dumps(run.dataset, sort_keys=True, default=str)
@@ -307,7 +311,13 @@ class Executor:
         if is_peer(run.strategy.name):   # another engine's own batching (vLLM): its scheduler, its prefill
             from ouroboros.running.peers import PeerRunner
 
-            runner = self._runner(point, sess)
+            key = json.dumps([run.strategy.name, dict(run.strategy.params), id(sess)], sort_keys=True, default=str)
+            if self._served_peer is not None and self._served_peer[0] != key:
+                self._served_peer[1].engine.close()   # one engine at a time: a few fit in memory on a CPU
+                self._served_peer = None
+            if self._served_peer is None:
+                self._served_peer = (key, self._runner(point, sess))
+            runner = self._served_peer[1]
             assert isinstance(runner, PeerRunner)
             out = runner.serve(reqs, load, run.warmup)
             return RunResult(strategy=point.label, prompts=[s.result for s in out.requests],

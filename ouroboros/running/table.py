@@ -234,10 +234,17 @@ def peer_ratio_lines(records: list[Record]) -> list[str]:
     vllm_suffix) measured on the same backend and prompts. A vLLM peer is timed by its own worker process: its ratio
     is shown only where the prompts alternated between the processes (interleaved), with a line saying how it was
     paired, and vLLM's own acceptance counts."""
-    lines = []
-    for peer in (r for r in records if r.strategy in PEERS):
+    lines: list[str] = []
+    served = [r for r in records if r.strategy in PEERS and r.serving]
+    if served:   # a serve cannot alternate prompt by prompt: its throughput stands beside ours, no ratio
+        lines.append(f"served peers ({', '.join(r.label for r in served)}): vLLM's worker timed each serve, this "
+                     "process timed ours, one point after another (a serve cannot alternate prompt by prompt): their "
+                     "throughputs stand side by side in the served table; no ours/peer ratio")
+        for peer in served:
+            lines += vllm_lines(peer, False)[1:]
+    for peer in (r for r in records if r.strategy in PEERS and not r.serving):
         vllm = PEERS[peer.strategy].engine == "vllm"
-        alternated = peer.config.get("interleave") is not False and peer.serving is None
+        alternated = peer.config.get("interleave") is not False
         for ours in (r for r in records if r.strategy == PEERS[peer.strategy].counterpart):
             if ours.baseline_id != peer.baseline_id:
                 continue   # measured against another baseline (other prompts, models or budget): no ratio

@@ -221,12 +221,13 @@ def served(r: ServedRequest, prompt_len: int, eos_ids: Sequence[int]) -> Served:
 def serve_result(reply: ServeReply, requests: Sequence[Request], eos_ids: Sequence[int]) -> ServeResult:
     """A vLLM serve as our ServeResult: one "forward" per engine step, its rows the requests in flight (vLLM's
     scheduler batches tokens, not our rows: mean_batch is requests per step); vLLM's counters over the whole serve
-    go on the first request's proposer_stats as `vllm.serve_*`."""
+    go on the first request's proposer_stats (`vllm.num_drafts`, ...: a record's totals sum them)."""
     out = [served(r, len(q.prompt), eos_ids) for r, q in zip(reply.requests, requests, strict=True)]
     if reply.spec is not None and out:
-        out[0].result.proposer_stats.update({"vllm.serve_num_drafts": reply.spec.num_drafts,
-                                             "vllm.serve_num_draft_tokens": reply.spec.num_draft_tokens,
-                                             "vllm.serve_num_accepted_tokens": reply.spec.num_accepted_tokens})
+        st = out[0].result.proposer_stats
+        st.update({"vllm.num_drafts": reply.spec.num_drafts, "vllm.num_draft_tokens": reply.spec.num_draft_tokens,
+                   "vllm.num_accepted_tokens": reply.spec.num_accepted_tokens})
+        st.update({f"vllm.accepted_at_{i}": n for i, n in enumerate(reply.spec.accepted_per_pos)})
     return ServeResult(requests=out, forwards={TARGET: reply.engine_steps}, rows={TARGET: reply.request_steps})
 
 
