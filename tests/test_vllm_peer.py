@@ -416,6 +416,7 @@ def test_served_peer_on_the_fake_worker(pair, tmp_path, monkeypatch):
         assert sv["requests"] == 3 and sv["prefill"] == "engine"
         assert sv["throughput_tok_s"] > 0 and sv["ttft_s_p50"] > 0 and sv["tpot_s_p50"] >= 0
         assert r["identical_to_baseline"] == "3/3"
+        assert r["speedup"] is None and r["speedup_specbench"] is None   # two processes' clocks, not alternated
     assert recs[3]["serving"]["rate"] is None and recs[5]["serving"]["rate"] == 50
     assert recs[4]["serving"]["rate"] == 50   # our batching's open loop, on the wall clock, beside it
     one, two, opened = [json.loads(x) for x in (venv / "serves.jsonl").read_text().splitlines()]
@@ -523,6 +524,34 @@ def test_real_vllm_greedy_and_ngram_equal_our_vanilla_in_fp32(tmp_path):
             assert peer.decode(prompt, 24, "p").output == want
         finally:
             peer.close()
+
+
+@pytest.mark.slow
+def test_real_vllm_serves_under_load_as_it_decodes_alone(tmp_path):
+    """vLLM's own batching through the worker's serve loop (real vLLM, fp32, the tiny qwen2 above): 5 requests at
+    concurrency 2, closed loop and Poisson arrivals, each request the reference's tokens, never more than 2 in
+    flight, nothing started before it arrived."""
+    real_venv()
+    from transformers import AutoModelForCausalLM
+
+    from ouroboros.backends.tiny import tiny_model
+    from ouroboros.serving.load import Load, Request
+
+    tiny_model("qwen2", seed=0, vocab_size=256, hidden_size=128, layers=2, heads=2, kv_heads=1,
+               max_positions=512).save_pretrained(tmp_path / "m")
+    target = AutoModelForCausalLM.from_pretrained(tmp_path / "m", dtype=torch.float32).eval()
+    prompts = [[(k * i) % 200 + 3 for i in range(20 + 5 * k)] for k in range(1, 6)]
+    reqs = [Request(p, 12, f"r{i}") for i, p in enumerate(prompts)]
+    peer = client.VLLMPeer("vllm_greedy", VLLMConfig(), target, None, (1,), threads=torch.get_num_threads())
+    try:
+        peer.warm_up(prompts[0], 4)
+        for load in (Load(concurrency=2), Load(concurrency=2, rate=5.0, seed=1)):
+            out = peer.serve(reqs, load)
+            assert [s.result.output for s in out.requests] == [reference(target, p, 12, (1,)) for p in prompts]
+            assert all(s.arrival_s <= s.start_s < s.first_token_s <= s.end_s for s in out.requests)
+            assert all(s.mean_batch <= 2 for s in out.requests)
+    finally:
+        peer.close()
 
 
 @pytest.mark.gpu

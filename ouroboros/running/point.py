@@ -116,18 +116,28 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
         n_same = sum(a.output == b.output for a, b in zip(baseline.prompts, result.prompts, strict=True))
         same = f"{n_same}/{len(result.prompts)}"
         diverged = divergences(baseline, result, prompt_ids, session.margin)
+    paired = baseline is not None and not unpaired_clock(run, result)
     return Record(
         schema=SCHEMA_VERSION, record_id=uuid.uuid4().hex, point_id=point_id(point_key(run)), baseline_id=baseline_id,
         baseline_record=baseline_record, time=time.time(), sweep=sweep, label=label,
         max_new_tokens=budgets[0] if len(budgets) == 1 else budgets,   # the budget(s) the prompts had
         strategy=run.strategy.name, params=point_key(run)["strategy"]["params"], backend=session.backend,
         hardware=session.hardware, versions=versions(), config=dataclasses.asdict(run), totals=result.totals(),
-        speedup=serving_speedup(baseline, result) if baseline is not None else None,
-        speedup_specbench=speedup_mean_speed(baseline, result) if baseline is not None else None,
+        speedup=serving_speedup(baseline, result) if paired else None,
+        speedup_specbench=speedup_mean_speed(baseline, result) if paired else None,
         identical_to_baseline=same, divergences=[dataclasses.asdict(d) for d in diverged], sampled=sampled or None,
         prompts=prompts, serving=result.serving,
         decisions=run.kind.decisions(run, len({p.prompt_id.rsplit("@r", 1)[0] for p in result.prompts}),
                                      max(budgets)))
+
+
+def unpaired_clock(run: RunConfig, result: RunResult) -> bool:
+    """A vLLM peer is timed by its own worker process: its time pairs with our baseline's only where the prompts
+    alternated between the two processes (interleaved, not served); otherwise the record has no speedup."""
+    from ouroboros.running.peer_configs import PEERS
+
+    spec = PEERS.get(run.strategy.name)
+    return spec is not None and spec.engine == "vllm" and (result.serving is not None or run.interleave is False)
 
 
 def sampled_text(run: RunConfig) -> str:
