@@ -116,15 +116,15 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
         n_same = sum(a.output == b.output for a, b in zip(baseline.prompts, result.prompts, strict=True))
         same = f"{n_same}/{len(result.prompts)}"
         diverged = divergences(baseline, result, prompt_ids, session.margin)
-    paired = baseline is not None and not unpaired_clock(run, result)
+    paired = baseline if baseline is not None and not unpaired_clock(run, result) else None
     return Record(
         schema=SCHEMA_VERSION, record_id=uuid.uuid4().hex, point_id=point_id(point_key(run)), baseline_id=baseline_id,
         baseline_record=baseline_record, time=time.time(), sweep=sweep, label=label,
         max_new_tokens=budgets[0] if len(budgets) == 1 else budgets,   # the budget(s) the prompts had
         strategy=run.strategy.name, params=point_key(run)["strategy"]["params"], backend=session.backend,
         hardware=session.hardware, versions=versions(), config=dataclasses.asdict(run), totals=result.totals(),
-        speedup=serving_speedup(baseline, result) if paired else None,
-        speedup_specbench=speedup_mean_speed(baseline, result) if paired else None,
+        speedup=serving_speedup(paired, result) if paired is not None else None,
+        speedup_specbench=speedup_mean_speed(paired, result) if paired is not None else None,
         identical_to_baseline=same, divergences=[dataclasses.asdict(d) for d in diverged], sampled=sampled or None,
         prompts=prompts, serving=result.serving,
         decisions=run.kind.decisions(run, len({p.prompt_id.rsplit("@r", 1)[0] for p in result.prompts}),
