@@ -431,7 +431,9 @@ def test_served_peer_on_the_fake_worker(pair, tmp_path, monkeypatch):
     (["strategy=vllm_greedy", "serve.load_aware=true"], "batches in vLLM"),
     (["strategy=vllm_greedy", "sampling.temperature=0.7"], "greedy decoding only"),
 ])
-def test_served_peer_bad_settings_are_one_line(overrides, msg, tmp_path):
+def test_served_peer_bad_settings_are_one_line(overrides, msg, tmp_path, monkeypatch):
+    venv = fake_venv(tmp_path / "v")   # the venv is checked first
+    monkeypatch.setattr(env, "default_venv", lambda: venv)
     res = run_module("ouroboros.run", "model=tiny", "backend=hf", "serve.concurrency=2", *overrides, tmp=tmp_path)
     assert res.code != 0 and msg in res.err and len(res.err.strip().splitlines()) == 1, res.err
 
