@@ -308,13 +308,13 @@ def check_serve(run: RunConfig) -> None:
                                  "serve.concurrency >= 1")
         return
     check_rate(sv.rate)
+    if not run.sampling.greedy:
+        raise OuroborosError("serve.concurrency runs greedy decoding only (sampling.temperature=0)")
     kind = run.kind
     if is_peer(run.strategy.name):
         check_served_peer(run)
         return
     check_load_aware(sv.load_aware, kind.simulated)
-    if not run.sampling.greedy:
-        raise OuroborosError("serve.concurrency runs greedy decoding only (sampling.temperature=0)")
     if sv.prefill == "batched" and not kind.batched_prefill:
         raise OuroborosError(f"serve.prefill=batched is simulated only: on {kind.name} each prefill is its own "
                              "forward (serve.prefill=separate)")
@@ -335,8 +335,6 @@ def check_served_peer(run: RunConfig) -> None:
         raise OuroborosError(f"serve.load_aware and serve.shared_pool are our batching's; '{name}' batches in vLLM")
     if sv.prefill is not None:
         raise OuroborosError(f"serve.prefill is our batching's; '{name}' schedules its own prefill (vLLM's)")
-    if not run.sampling.greedy:
-        raise OuroborosError("serve.concurrency runs greedy decoding only (sampling.temperature=0)")
 
 
 def check_outputs(run: RunConfig, extra: list[tuple[str, str]] | None = None) -> None:

@@ -17,7 +17,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
@@ -57,6 +57,9 @@ from ouroboros.strategies import (
     strategy_params,
 )
 
+if TYPE_CHECKING:
+    from ouroboros.running.peers import PeerRunner
+
 
 @dataclass
 class Executor:
@@ -86,7 +89,7 @@ class Executor:
     _base_records: dict[str, str] = field(default_factory=dict)   # point_id -> the record_id of its `_results`
     # the last served peer's runner (its engine alive) and what it was built from: the next served point of the same
     # peer, settings and session reuses it (vLLM's start-up is a minute or more); another one closes it first
-    _served_peer: tuple[str, Any] | None = None
+    _served_peer: tuple[str, PeerRunner] | None = None
 
     def session(self, run: RunConfig) -> Session:
         key = pair_key(run) + json.dumps(run.dataset, sort_keys=True, default=str)
@@ -309,17 +312,17 @@ class Executor:
                 for i in range(n)]
         load = Load(sv.concurrency, sv.rate, sv.seed)
         if is_peer(run.strategy.name):   # another engine's own batching (vLLM): its scheduler, its prefill
-            from ouroboros.running.peers import PeerRunner
-
             key = json.dumps([run.strategy.name, dict(run.strategy.params), id(sess)], sort_keys=True, default=str)
             if self._served_peer is not None and self._served_peer[0] != key:
-                self._served_peer[1].engine.close()   # one engine at a time: a few fit in memory on a CPU
+                self._served_peer[1].close()   # one engine at a time: a few fit in memory on a CPU
                 self._served_peer = None
             if self._served_peer is None:
-                self._served_peer = (key, self._runner(point, sess))
-            runner = self._served_peer[1]
-            assert isinstance(runner, PeerRunner)
-            out = runner.serve(reqs, load, run.warmup)
+                from ouroboros.running.peers import PeerRunner
+
+                runner = self._runner(point, sess)
+                assert isinstance(runner, PeerRunner)
+                self._served_peer = (key, runner)
+            out = self._served_peer[1].serve(reqs, load, run.warmup)
             return RunResult(strategy=point.label, prompts=[s.result for s in out.requests],
                              serving={**out.summary(load), "prefill": "engine"})
         prefill = sv.prefill or ("batched" if run.kind.batched_prefill else "separate")

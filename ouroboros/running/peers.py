@@ -223,6 +223,11 @@ class PeerRunner:
     def __call__(self, prompt: Sequence[int], budget: int, prompt_id: str) -> PromptResult:
         return self.engine.decode(prompt, budget, prompt_id)
 
+    def close(self) -> None:
+        """Stop the peer's engine now (vLLM's worker and its memory); transformers' generate holds none."""
+        if isinstance(self.engine, VLLMPeer):
+            self.engine.close()
+
     def serve(self, requests: Sequence[Request], load: Load, warmup: bool = True) -> ServeResult:
         """Every request under `load` on the peer's own engine (vLLM's continuous batching); after one short
         untimed request (the engine starts there) when `warmup`."""

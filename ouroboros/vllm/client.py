@@ -195,8 +195,12 @@ def steps_of(res: GenerateResult, prompt_len: int) -> list[StepRecord]:
             for i, (n, s) in enumerate(zip(res.step_tokens, res.step_s, strict=True))]
 
 
-def prompt_result(res: GenerateResult, prompt_len: int, eos_ids: Sequence[int], roundtrip_s: float) -> PromptResult:
-    stats: dict[str, float] = {"vllm.timed_in_worker": 1, "vllm.roundtrip_s": roundtrip_s}
+def prompt_result(res: GenerateResult, prompt_len: int, eos_ids: Sequence[int],
+                  roundtrip_s: float | None) -> PromptResult:
+    """`roundtrip_s`: the request as this process saw it (None under load: one round trip serves every request)."""
+    stats: dict[str, float] = {"vllm.timed_in_worker": 1}
+    if roundtrip_s is not None:
+        stats["vllm.roundtrip_s"] = roundtrip_s
     if res.spec is not None:
         stats.update({"vllm.num_drafts": res.spec.num_drafts, "vllm.num_draft_tokens": res.spec.num_draft_tokens,
                       "vllm.num_accepted_tokens": res.spec.num_accepted_tokens})
@@ -212,10 +216,8 @@ def served(r: ServedRequest, prompt_len: int, eos_ids: Sequence[int]) -> Served:
     res = GenerateResult(prompt_id=r.prompt_id, output=r.output, finish_reason=r.finish_reason,
                          elapsed_s=r.end_s - r.start_s, first_token_s=r.first_token_s - r.start_s,
                          step_tokens=r.step_tokens, step_s=r.step_s)
-    pr = prompt_result(res, prompt_len, eos_ids, 0.0)
-    pr.proposer_stats.pop("vllm.roundtrip_s")   # one round trip for the whole serve: not a request's
-    return Served(result=pr, arrival_s=r.arrival_s, start_s=r.start_s, first_token_s=r.first_token_s, end_s=r.end_s,
-                  slot=-1, mean_batch=r.mean_batch)
+    return Served(result=prompt_result(res, prompt_len, eos_ids, None), arrival_s=r.arrival_s, start_s=r.start_s,
+                  first_token_s=r.first_token_s, end_s=r.end_s, slot=-1, mean_batch=r.mean_batch)
 
 
 def serve_result(reply: ServeReply, requests: Sequence[Request], eos_ids: Sequence[int]) -> ServeResult:
