@@ -124,14 +124,21 @@ def prompt_starts(kind: str, vocab_size: int, max_len: int, style: str = "words"
 def ngram_table(kind: str, vocab_size: int, order: int, top: int, style: str = "words",
                 tokenizer_dir: str | None = None) -> dict[tuple[int, ...], tuple[int, ...]]:
     """context (1..order tokens) -> its `top` most frequent next tokens (ties: first seen in the corpus first)."""
-    ids = load_corpus(kind, vocab_size, style, tokenizer_dir).ids
     table: dict[tuple[int, ...], tuple[int, ...]] = {}
-    for n in range(1, order + 1):
-        counts = Counter(zip(*(ids[i:] for i in range(n + 1)), strict=False))  # (n + 1)-gram -> count
-        lists: dict[tuple[int, ...], list[int]] = {}
-        for g, _ in sorted(counts.items(), key=itemgetter(1), reverse=True):  # ties: first seen first
-            lst = lists.setdefault(g[:-1], [])
-            if len(lst) < top:
-                lst.append(g[-1])
-        table.update((k, tuple(v)) for k, v in lists.items())
+    for n in range(1, order + 1):   # contexts of different lengths: no level overwrites another
+        table.update(_ngram_level(kind, vocab_size, n, top, style, tokenizer_dir))
     return table
+
+
+@functools.cache
+def _ngram_level(kind: str, vocab_size: int, n: int, top: int, style: str,
+                 tokenizer_dir: str | None) -> dict[tuple[int, ...], tuple[int, ...]]:
+    """`ngram_table`'s contexts of exactly n tokens (cached apart: tables of different orders share them)."""
+    ids = load_corpus(kind, vocab_size, style, tokenizer_dir).ids
+    counts = Counter(zip(*(ids[i:] for i in range(n + 1)), strict=False))  # (n + 1)-gram -> count
+    lists: dict[tuple[int, ...], list[int]] = {}
+    for g, _ in sorted(counts.items(), key=itemgetter(1), reverse=True):  # ties: first seen first
+        lst = lists.setdefault(g[:-1], [])
+        if len(lst) < top:
+            lst.append(g[-1])
+    return {k: tuple(v) for k, v in lists.items()}
