@@ -161,6 +161,39 @@ def test_bf16_upcast_routes_only_large_inputs_and_matches_an_fp32_product(dirs):
         load_pair({"kind": "hf", "target": str(dirs["t"]), "bf16_upcast_rows": -1})
 
 
+def test_bf16_packed_linears_match_torchs_and_free_the_plain_weights(dirs):
+    """`bf16_packed`: the bf16 linears on oneDNN with packed weights give torch's outputs (bf16 rounding), the plain
+    weights are dropped except the output embedding's; a wrong value, or packing beside routing, is one line before
+    any weights load."""
+    from ouroboros.backends import models
+
+    spec = {"kind": "hf", "target": str(dirs["t"]), "draft": str(dirs["d"]), "bf16_upcast_rows": 0}
+    with pytest.raises(OuroborosError, match="bf16_packed must be true, false or null"):
+        load_pair({**spec, "bf16_packed": "yes"}, dtype="bfloat16")
+    with pytest.raises(OuroborosError, match="both claim the bf16 linears"):
+        load_pair({**spec, "bf16_upcast_rows": 4, "bf16_packed": True}, dtype="bfloat16")
+    if not models.onednn_bf16_available():
+        with pytest.raises(OuroborosError, match="has no oneDNN bf16"):
+            load_pair({**spec, "bf16_packed": True}, dtype="bfloat16")
+        pytest.skip("no oneDNN bf16 on this CPU: packing is refused (checked above)")
+    plain = load_pair({**spec, "bf16_packed": False}, dtype="bfloat16")
+    packed = load_pair({**spec, "bf16_upcast_rows": None, "bf16_packed": True}, dtype="bfloat16")
+    for a, b in ((plain.target, packed.target), (plain.draft, packed.draft)):
+        lins = [m for m in b.modules() if isinstance(m, torch.nn.Linear)]
+        assert lins and all("forward" in vars(m) for m in lins)        # every bf16 linear packed, none routed
+        assert not any("forward" in vars(m) for m in a.modules())
+        head = b.get_output_embeddings()
+        assert head.weight.shape == a.get_output_embeddings().weight.shape   # the vocabulary stays readable
+        assert all(m.weight.numel() == 0 for m in lins if m is not head)     # no second copy of the weights
+        with torch.no_grad():
+            ids = torch.tensor([[2, 3, 4, 5, 6, 7, 8]])
+            x, y = a(input_ids=ids).logits.float(), b(input_ids=ids).logits.float()
+        assert torch.allclose(x, y, atol=0.1) and (x - y).abs().max() < 0.1 * x.abs().max()
+    fp32 = load_pair({**spec, "bf16_packed": True}, dtype="float32")
+    assert not any("forward" in vars(m) for m in fp32.target.modules())   # only bf16 weights are packed
+    assert models.pack_bf16_linears(plain.target, False) == 0
+
+
 def test_every_real_model_yaml_has_only_loading_options_or_simulator_sections():
     """Each conf/model YAML of a loadable kind passes the loader's option check as written (the qwen_coder YAML's
     `sim_profiles` once made `model=qwen_coder` fail before loading anything)."""

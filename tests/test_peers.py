@@ -176,7 +176,7 @@ def test_sampled_runs_are_reproducible_and_match_the_harness(setup):
     assert [p.output for p in a[2].prompts] != [p.output for p in other[0].prompts]  # peers' seed is used
 
 
-def test_bench_forward_times_both_kernels(tmp_path, capsys, monkeypatch):
+def test_bench_forward_times_every_kernel(tmp_path, capsys, monkeypatch):
     from test_models import save_tiny
 
     from ouroboros.backends import kernels
@@ -190,9 +190,14 @@ def test_bench_forward_times_both_kernels(tmp_path, capsys, monkeypatch):
     model = ["--model", "kind=hf", f"target={t}"]
     assert forward.main([*model, "--ks", "1,3", "--ctx", "4", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
-    assert "linear layers routed" in out and "0 linear layers routed" not in out
+    from ouroboros.backends.models import onednn_bf16_available
+
+    assert "linear layers routed to the kernel: 0," not in out
+    cols = ["torch", "routed"] + (["packed"] if onednn_bf16_available() else [])
+    head = next(ln.split() for ln in out.splitlines() if ln.split()[:1] == ["k"])
+    assert head[1::3] == cols and ("packed by oneDNN: 0 " in out) != ("packed" in cols)
     rows = [ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0] in ("1", "3")]
-    assert [r[0] for r in rows] == ["1", "3"] and rows[0][2] == rows[0][4] == "1.00"
+    assert [r[0] for r in rows] == ["1", "3"] and rows[0][2::2] == ["1.00"] * len(cols)
     assert forward.main([*model, "--ks", "0"]) == 2
     assert "--ks need k >= 1" in capsys.readouterr().err
     assert forward.main([*model, "--which", "draft"]) == 2

@@ -1,7 +1,7 @@
 """`python -m ouroboros.bench.forward`: what one forward over k new tokens costs on this machine, t(k) / t(1), with
-torch's own bf16 kernels and with the routed linears (`model.bf16_upcast_rows`, `ouroboros.backends.kernels`) side by
-side
-in one process, the two alternating per k. Drafting pays off where t(k) stays near t(1).
+torch's own bf16 kernels, with the routed linears (`model.bf16_upcast_rows`, `ouroboros.backends.kernels`) and with
+oneDNN's packed weights (`model.bf16_packed`) side by side in one process, the three alternating per k. Drafting pays
+off where t(k) stays near t(1).
 
     python -m ouroboros.bench.forward --model qwen-coder --which target --ks 1,2,4,8,16,32 --ctx 150 --threads 1
 
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args(argv)
     from ouroboros.argparser import parse_kind
-    from ouroboros.backends.models import load_pair, upcast_bf16_linears
+    from ouroboros.backends.models import load_pair, onednn_bf16_available, pack_bf16_linears, upcast_bf16_linears
 
     try:
         ks = [int(k) for k in a.ks.split(",")]
@@ -41,15 +41,23 @@ def main(argv: list[str] | None = None) -> int:
     if min(ks) < 1 or a.ctx < 1 or a.repeats < 1 or a.threads < 1:
         raise OuroborosError("--ks need k >= 1, --ctx >= 1, --repeats >= 1 and --threads >= 1")
     torch.set_num_threads(a.threads)
+    counts = {"routed": 0, "packed": 0}
     torch.set_grad_enabled(False)
     cfg = parse_kind(a.model, "model")
-    cfg["bf16_upcast_rows"] = 0  # load with torch's kernels; routing is switched per measurement below
+    cfg["bf16_upcast_rows"] = 0  # load with torch's kernels; routing and packing are switched per measurement below
+    cfg["bf16_packed"] = False
     pair = load_pair(cfg, dtype=a.dtype)
     model = pair.target if a.which == "target" else pair.draft
     if model is None:
         raise OuroborosError("this model spec has no draft")
-    routed = upcast_bf16_linears(model, None)
-    fwd = {m: m.forward for m in model.modules() if "forward" in vars(m)}
+    modes: dict[str, dict] = {"torch": {}}
+    for mode, apply in (("routed", lambda: upcast_bf16_linears(model, 1)),   # every forward, any CPU
+                        ("packed", lambda: pack_bf16_linears(model, True, free=False) if onednn_bf16_available()
+                         else 0)):
+        n = apply()
+        modes[mode] = {m: vars(m).pop("forward") for m in model.modules() if "forward" in vars(m)}
+        counts[mode] = n
+    modes = {k: v for k, v in modes.items() if k == "torch" or v}
     g = torch.Generator().manual_seed(0)
     vocab = int(model.config.vocab_size)  # type: ignore[union-attr,arg-type]
     import inspect
@@ -58,12 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     out = model(input_ids=torch.randint(0, vocab, (1, a.ctx), generator=g), use_cache=True)
     cache = out.past_key_values
 
-    def timed(k: int, use_routed: bool) -> float:
-        for m, f in fwd.items():
-            if use_routed:
-                m.forward = f
-            elif "forward" in vars(m):
-                del m.forward
+    def timed(k: int, mode: str) -> float:
+        for m in model.modules():
+            vars(m).pop("forward", None)
+        for m, f in modes[mode].items():
+            m.forward = f
         best = float("inf")
         for i in range(a.repeats + 1):
             x = torch.randint(0, vocab, (1, k), generator=g)
@@ -74,15 +81,14 @@ def main(argv: list[str] | None = None) -> int:
             cache.crop(-k)
         return best
 
-    print(f"{a.which}, {a.dtype}, {a.threads} thread(s), ctx {a.ctx}; {routed} linear layers routed "
-          f"(0: nothing to route, both columns are torch's kernels)")
-    print(f"{'k':>4} {'torch ms':>10} {'t(k)/t(1)':>10} {'routed ms':>10} {'t(k)/t(1)':>10}")
-    base: dict[bool, float] = {}
+    print(f"{a.which}, {a.dtype}, {a.threads} thread(s), ctx {a.ctx}; linear layers routed to the kernel: "
+          f"{counts['routed']}, packed by oneDNN: {counts['packed']} (0: that column is left out)")
+    print(f"{'k':>4}" + "".join(f" {m + ' ms':>10} {'t(k)/t(1)':>10}" for m in modes))
+    base: dict[str, float] = {}
     for k in ks:
-        t = {mode: timed(k, mode) for mode in (False, True)}
+        t = {mode: timed(k, mode) for mode in modes}
         base = base or t
-        print(f"{k:>4} {t[False] * 1e3:>10.1f} {t[False] / base[False]:>10.2f} {t[True] * 1e3:>10.1f} "
-              f"{t[True] / base[True]:>10.2f}", flush=True)
+        print(f"{k:>4}" + "".join(f" {t[m] * 1e3:>10.1f} {t[m] / base[m]:>10.2f}" for m in modes), flush=True)
     return 0
 
 
