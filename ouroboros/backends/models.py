@@ -268,7 +268,8 @@ def pack_bf16_linears(model: torch.nn.Module, packed: bool | None, free: bool = 
         packed = cpu_has_native_bf16() and onednn_bf16_available()
     if not mods or not packed:
         return 0
-    keep = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    out_emb = getattr(model, "get_output_embeddings", None)
+    keep = out_emb() if callable(out_emb) else None
     for m in mods:
         w = torch.ops.mkldnn._reorder_linear_weight(m.weight.detach())
         if free and m is not keep:
