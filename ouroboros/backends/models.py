@@ -157,8 +157,18 @@ def _from_pretrained_args(ref: str, dtype: str, device: str, trust_remote_code: 
     return ref, kw  # a hub id: from_pretrained resolves it (cache or network)
 
 
+@functools.cache
 def cpu_has_native_bf16() -> bool:
-    return torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX")
+    """AVX512-BF16 or AMX-BF16: what torch's capability names, or (it reports plain "AVX512" on such CPUs, e.g. the
+    Xeon-AMX of docs/results.md) the CPU flags Linux lists."""
+    if torch.backends.cpu.get_cpu_capability() in ("AVX512_BF16", "AMX"):
+        return True
+    try:
+        flags = next((ln.split(":", 1)[1].split() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ln.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 _SCRATCH: dict[int, torch.Tensor] = {}  # in_features -> fp32 buffer for one block of weight rows (per process)
