@@ -7,7 +7,9 @@ Timing and pairing: vLLM's times are taken by the worker process, around each re
 `time.perf_counter`), ours by this process. A ratio of the two is only meaningful because the harness alternates
 prompts between them (run_interleaved: prompt i by every point before prompt i + 1), on one machine in one state;
 each prompt's `proposer_stats` says so (`vllm.timed_in_worker`: 1) and adds the round trip as this process saw it
-(`vllm.roundtrip_s`, pipe and JSON included). Engine start-up (about 45-105 s on 2 CPU cores) happens when the peer
+(`vllm.roundtrip_s`, pipe and JSON included). After each request this process waits, off every clock, until vLLM's
+processes have gone quiet (`settle`; the wait is `vllm.settle_s`): its idle worker spins for a second.
+Engine start-up (about 45-105 s on 2 CPU cores) happens when the peer
 is built, before its warm-up: never in a measurement.
 
 What a step record can and cannot say: each engine step that gave the request tokens is one step (its tokens, its
@@ -59,6 +61,46 @@ from ouroboros.vllm.protocol import (
 WORKER = Path(__file__).resolve().with_name("worker.py")
 KV_SLACK = 1.25                 # room for one request of max_model_len, x this (vLLM's blocks round up)
 KV_FLOOR_BYTES = 256 << 20
+SETTLE_WINDOW_S = 0.2
+SETTLE_LIMIT_S = 5.0
+
+
+def _tree_cpu_s(root: int) -> float | None:
+    """CPU seconds (user + system) used so far by process `root` and all its descendants, from /proc (Linux); None
+    where there is no /proc to read."""
+    try:
+        stats = {}
+        for d in os.scandir("/proc"):
+            if d.name.isdigit():
+                try:
+                    f = open(f"/proc/{d.name}/stat").read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                stats[int(d.name)] = (int(f[1]), (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"))
+    except OSError:
+        return None
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, (ppid, _) in stats.items() if ppid in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(stats[pid][1] for pid in tree if pid in stats) if root in stats else None
+
+
+def settle(root: int, window_s: float = SETTLE_WINDOW_S, limit_s: float = SETTLE_LIMIT_S) -> float:
+    """Wait until vLLM's processes have gone quiet after a request: its idle worker spins on its message queue for a
+    second after each one (vLLM's shm_broadcast `busy_loop_s`), which on a machine of few cores slows whatever runs
+    next, our next point included. Quiet: under a tenth of a core over `window_s`. Returns the seconds waited (0.0
+    without /proc), never more than `limit_s`; the waiting is off every clock."""
+    t0 = time.perf_counter()
+    last = _tree_cpu_s(root)
+    while last is not None and time.perf_counter() - t0 < limit_s:
+        time.sleep(window_s)
+        now = _tree_cpu_s(root)
+        if now is None or now - last <= 0.1 * window_s:
+            break
+        last = now
+    return time.perf_counter() - t0 if last is not None else 0.0
 
 
 class WorkerProcess:
@@ -277,7 +319,9 @@ class VLLMPeer:
     def decode(self, prompt: Sequence[int], budget: int, prompt_id: str) -> PromptResult:
         t0 = time.perf_counter()
         res = self.worker.generate(self.request(prompt, budget, prompt_id))
-        return prompt_result(res, len(prompt), self.eos_ids, time.perf_counter() - t0)
+        out = prompt_result(res, len(prompt), self.eos_ids, time.perf_counter() - t0)
+        out.proposer_stats["vllm.settle_s"] = settle(self.worker.proc.pid)   # before the next point's clock starts
+        return out
 
     def serve(self, requests: Sequence[Request], load: Load) -> ServeResult:
         """Every request through the engine at once, under `load` (closed loop at its concurrency, or open loop
@@ -285,6 +329,7 @@ class VLLMPeer:
         times = arrivals(len(requests), load.rate, load.seed) if load.rate is not None else None
         gen = [self.request(q.prompt, q.budget, q.id) for q in requests]
         reply = self.worker.serve(ServeRequest(requests=gen, concurrency=load.concurrency, arrivals=times))
+        settle(self.worker.proc.pid)
         return serve_result(reply, requests, self.eos_ids)
 
     def close(self) -> None:
