@@ -331,6 +331,35 @@ def kept_log(message: str) -> None:
     log.unlink()
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="settle reads /proc (Linux)")
+def test_settle_waits_while_a_child_of_the_worker_spins(tmp_path):
+    """`settle` waits, off the clock, until the worker's process tree goes quiet: a grandchild that spins 1 s (as
+    vLLM's idle worker does) holds it about that long; a quiet tree lets it go after one window; no process, no
+    wait."""
+    import subprocess
+    import time
+
+    spin = "import sys, time\nt = time.time() + float(sys.argv[1])\nwhile time.time() < t: pass\ntime.sleep(30)"
+    (tmp_path / "spin.py").write_text(spin)
+    parent = ("import subprocess, sys, time\n"
+              f"subprocess.Popen([sys.executable, {str(tmp_path / 'spin.py')!r}, sys.argv[1]])\ntime.sleep(30)")
+    (tmp_path / "parent.py").write_text(parent)
+    procs = []
+    try:
+        for secs in ("1.0", "0"):
+            procs.append(subprocess.Popen([sys.executable, str(tmp_path / "parent.py"), secs]))
+        time.sleep(0.5)   # both started, the first still spinning (for about 0.8 s more)
+        quiet = client.settle(procs[1].pid, window_s=0.1)
+        busy = client.settle(procs[0].pid, window_s=0.1)
+    finally:
+        for p in procs:
+            subprocess.run(["pkill", "-P", str(p.pid)], check=False)
+            p.kill()
+            p.wait()
+    assert quiet < 0.5 and 0.2 <= busy < client.SETTLE_LIMIT_S
+    assert client.settle(procs[0].pid) == 0.0 and client._tree_cpu_s(procs[0].pid) is None   # gone
+
+
 def test_root_cause_is_the_first_exception_in_the_log_golden():
     log = ("(EngineCore pid=9) INFO starting\n(Worker pid=9341) ERROR [cpu_worker.py:219] ValueError: Available memory "
            "on node 0 (1.09/23.54 GiB) is less than requested\nRuntimeError: Engine core initialization failed.\n")
