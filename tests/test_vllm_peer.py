@@ -92,6 +92,12 @@ for line in sys.stdin:
 '''
 
 
+@pytest.fixture(autouse=True)
+def _short_settle(monkeypatch):
+    """The fake worker goes quiet at once: one short settle window per request (real vLLM: SETTLE_WINDOW_S)."""
+    monkeypatch.setattr(client, "SETTLE_WINDOW_S", 0.02)
+
+
 def fake_venv(root: Path, vllm: bool = True, arctic: bool = False) -> Path:
     """A venv as check_venv sees one (bin/python; vllm, arctic_inference folders), whose python runs FAKE_WORKER."""
     (root / "bin").mkdir(parents=True)

@@ -87,11 +87,13 @@ def _tree_cpu_s(root: int) -> float | None:
     return sum(stats[pid][1] for pid in tree if pid in stats) if root in stats else None
 
 
-def settle(root: int, window_s: float = SETTLE_WINDOW_S, limit_s: float = SETTLE_LIMIT_S) -> float:
+def settle(root: int, window_s: float | None = None, limit_s: float | None = None) -> float:
     """Wait until vLLM's processes have gone quiet after a request: its idle worker spins on its message queue for a
     second after each one (vLLM's shm_broadcast `busy_loop_s`), which on a machine of few cores slows whatever runs
     next, our next point included. Quiet: under a tenth of a core over `window_s`. Returns the seconds waited (0.0
-    without /proc), never more than `limit_s`; the waiting is off every clock."""
+    without /proc), never more than `limit_s` (None: SETTLE_WINDOW_S, SETTLE_LIMIT_S); off every clock."""
+    window_s = SETTLE_WINDOW_S if window_s is None else window_s
+    limit_s = SETTLE_LIMIT_S if limit_s is None else limit_s
     t0 = time.perf_counter()
     last = _tree_cpu_s(root)
     while last is not None and time.perf_counter() - t0 < limit_s:
