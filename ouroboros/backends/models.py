@@ -225,11 +225,15 @@ def default_upcast_rows() -> int:
     return 1 if kernel() is not None else 48
 
 
+def _bf16_cpu_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.bfloat16
+            and m.weight.device.type == "cpu"]
+
+
 def upcast_bf16_linears(model: torch.nn.Module, min_rows: int | None) -> int:
     """Route every bf16 CPU nn.Linear given >= min_rows rows (None: `default_upcast_rows`) away from torch's
     bf16 kernel (see the module doc). Returns how many layers were routed."""
-    mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.bfloat16
-            and m.weight.device.type == "cpu"]
+    mods = _bf16_cpu_linears(model)
     if not mods:
         return 0
     rows = default_upcast_rows() if min_rows is None else min_rows
@@ -272,8 +276,7 @@ def pack_bf16_linears(model: torch.nn.Module, packed: bool | None, free: bool = 
     on where the CPU has native bf16 (AVX512-BF16 / AMX) and oneDNN has bf16; True = on; False = off. `free`: the
     plain weights of the packed layers are dropped (no second copy in memory), except the output embedding's (its
     shape names the vocabulary; a tied one is the input embedding). Returns how many layers were packed."""
-    mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.bfloat16
-            and m.weight.device.type == "cpu" and "forward" not in vars(m)]
+    mods = [m for m in _bf16_cpu_linears(model) if "forward" not in vars(m)]   # not routed to the kernel
     if packed is None:
         packed = cpu_has_native_bf16() and onednn_bf16_available()
     if not mods or not packed:
