@@ -98,7 +98,8 @@ class SweepConfig:
     grid: list[str] = field(default_factory=list)   # Hydra sweep overrides ("key=a,b,c"): cartesian product
     points: list[SweepPoint] = field(default_factory=list)    # explicit points, crossed with the grid
     base: list[str] = field(default_factory=list)  # overrides every point starts from (a typed key wins)
-    resume: bool = True         # skip points already in the record file
+    resume: bool = True         # skip points already in the record file (measured by the same code)
+    resume_any_code: bool = False   # ... whatever code measured them (ouroboros.running.store)
 
 
 @dataclass

@@ -121,7 +121,7 @@ def test_a_stopped_wall_clock_point_keeps_only_prompts_paired_with_its_baselines
                                (pld["point_id"], pld["prompts"][1:2], "other")):
         for p in prompts:
             keys = ("prompt_id", "prompt_len", "output", "elapsed_s", "prefill_s", "stop_reason", "proposer_stats")
-            rf.append(prompt_line(pid, {**{k: p[k] for k in keys}, "steps": []}, proc))
+            rf.append(prompt_line(pid, {**{k: p[k] for k in keys}, "steps": []}, proc, base["versions"]["code"]))
     res = run_module("ouroboros.sweep", *tiny[:-3], f"out={tmp_path / 's.jsonl'}", "sweep=single", "strategy=pld",
                      tmp=tmp_path)
     assert res.code == 0, res.err[-2000:]

@@ -145,7 +145,8 @@ def test_a_wall_clock_point_timed_by_two_processes_says_so(tmp_path):
     keys = ("prompt_id", "prompt_len", "output", "elapsed_s", "prefill_s", "stop_reason", "proposer_stats")
     for rec in (base, pld):
         for p in rec["prompts"][:2]:
-            rf.append(prompt_line(rec["point_id"], {**{k: p[k] for k in keys}, "steps": []}, "old"))
+            rf.append(prompt_line(rec["point_id"], {**{k: p[k] for k in keys}, "steps": []}, "old",
+                                  rec["versions"]["code"]))
     res = run_module("ouroboros.sweep", *tiny, f"out={out}", tmp=tmp_path)
     assert res.code == 0, res.err[-2000:]
     new = {r["strategy"]: r for r in read_records(out)}
@@ -275,3 +276,80 @@ def test_a_resumed_table_shows_the_baseline_its_speedup_used(tmp_path):
     older = format_table([b, dataclasses.replace(pld, baseline_record=None)])   # a record that names none
     assert f"baseline: pld: its speedup {pld.speedup:.2f}x is not the vanilla row's time over its own " \
            f"({b.seconds / pld.seconds:.2f}x)" in older
+
+
+def other_code(out: Path) -> None:
+    """Rewrite `out` as an earlier version of the code would have left it: every record's and prompt line's code
+    fingerprint another one."""
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    for ln in lines:
+        if "point_id" in ln:
+            ln["versions"] = {**ln["versions"], "code": "0" * 16, "git": "abc1234"}
+        elif ln.get("kind") == "prompt_result":
+            ln["code"] = "0" * 16
+    out.write_text("".join(json.dumps(ln) + "\n" for ln in lines))
+
+
+def test_a_resume_reuses_only_records_of_the_code_that_runs_now(tmp_path):
+    """A record an earlier version of the code measured (a default, a kernel or a fix changed since) is not this
+    code's figure: the rerun measures the point again, says so once, and keeps the old lines;
+    sweep.resume_any_code=true reuses them and says their figures are not this code's."""
+    out = tmp_path / "r.jsonl"
+    args = [*SIM, "strategy=pld", "dataset.num_prompts=2", "max_new_tokens=8", f"out={out}"]
+    assert run_module("ouroboros.sweep", *args, tmp=tmp_path).code == 0
+    first = read_records(out)
+    assert len(first) == 2 and all(len(r["versions"]["code"]) == 16 for r in first)
+    same = run_module("ouroboros.sweep", *args, tmp=tmp_path)
+    assert "0 point(s) measured, 2 resumed" in same.out and "other code" not in same.err
+    other_code(out)
+    again = run_module("ouroboros.sweep", *args, tmp=tmp_path)
+    assert again.code == 0 and "2 point(s) measured, 0 resumed" in again.out
+    assert "2 point(s) have records or prompts made by other code (git abc1234" in again.err
+    assert "measured again" in again.err
+    recs = read_records(out)
+    assert len(recs) == 4 and {r["versions"]["code"] for r in recs[2:]} == {first[0]["versions"]["code"]}
+    other_code(out)
+    kept = run_module("ouroboros.sweep", *args, "sweep.resume_any_code=true", tmp=tmp_path)
+    assert "0 point(s) measured, 2 resumed" in kept.out and "their figures are not this code's" in kept.err
+
+
+def test_prompt_lines_of_other_code_are_not_resumed(tmp_path):
+    """A stopped run's prompt lines carry the code that decoded them; a store expecting another code reads none
+    of them back and names the point as stale, with the git commit of its last record."""
+    rf = RecordFile(tmp_path / "r.jsonl")
+    rf.append(prompt_line("p1", {"prompt_id": "0"}, "proc", "a" * 16))
+    rf.append(prompt_line("p2", {"prompt_id": "0"}, "proc", "b" * 16))
+    rf.append({"point_id": "p3", "versions": {"code": "a" * 16, "git": "abc1234"}})
+    store = FileStore(rf, resume=True)
+    for pid in ("p1", "p2", "p3"):
+        store.expect(pid, "b" * 16)
+    assert store.finished_processes("p1") == {} and store.finished_processes("p2") == {"0": "proc"}
+    assert store.done("p3") is None
+    assert store.stale(["p1", "p2", "p3"]) == {"p1": "unknown", "p3": "abc1234"}
+    anything = FileStore(rf, resume=True, any_code=True)
+    anything.expect("p1", "b" * 16)
+    assert anything.finished_processes("p1") == {"0": "proc"}
+
+
+def test_the_code_fingerprint_follows_the_source(tmp_path, monkeypatch):
+    """The fingerprint changes with any source file of a package (not with its byte-code cache)."""
+    import types
+
+    from ouroboros.running import point
+
+    pkg = types.ModuleType("fp_pkg")
+    pkg.__path__ = [str(tmp_path)]
+    monkeypatch.setitem(sys.modules, "fp_pkg", pkg)
+    (tmp_path / "a.py").write_text("X = 1\n")
+
+    def fingerprint() -> str:
+        point._code_hash.cache_clear()
+        return point._code_hash(("fp_pkg",), True)
+
+    one = fingerprint()
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "a.cpython.pyc").write_bytes(b"junk")
+    assert fingerprint() == one
+    (tmp_path / "a.py").write_text("X = 2\n")
+    assert fingerprint() != one
+    point._code_hash.cache_clear()

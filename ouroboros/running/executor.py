@@ -147,6 +147,7 @@ class Executor:
         baseline (for the prompts it decodes here). Simulated points are deterministic and reused freely.
         First `_plan_state`: which points keep no prompt of a stopped run at all."""
         self._planned.update(p.id for p in points)
+        self._plan_code(points)
         self._plan_state(points)
         if not self.store.resuming:
             return
@@ -167,6 +168,24 @@ class Executor:
                 common &= {k for k, proc in mine.items() if proc and base.get(k) == proc}
             for pid in [bid, *(q.id for q in deps)]:
                 self._reuse[pid] = set(common)
+
+    def _plan_code(self, points: list[Point]) -> None:
+        """Each point (and its baseline) is resumed only from what the code that measures it now recorded
+        (ouroboros.running.store): a note counts the points whose records an other code made, measured again."""
+        for p in points:
+            for pid in (p.id, p.baseline_id):
+                if pid:
+                    self.store.expect(pid, p.code)
+        stale = self.store.stale([pid for p in points for pid in (p.id, p.baseline_id) if pid])
+        if stale:
+            whose = (f"{len(stale)} point(s) have records or prompts made by other code (git "
+                     f"{', '.join(sorted(set(stale.values())))}; a default, kernel or fix may differ)")
+            note = (f"{whose}: resumed from them, as sweep.resume_any_code=true asks; their figures are not this "
+                    "code's" if points[0].run.sweep.resume_any_code else
+                    f"{whose}: they are measured again and the old lines stay in the file (sweep.resume_any_code=true "
+                    "reuses them)")
+            if note not in self.notes:
+                self.notes.append(note)
 
     def _plan_state(self, points: list[Point]) -> None:
         """A point whose strategy keeps state across prompts (`carries_state`: a phrase pool, a suffix tree, a
@@ -394,7 +413,7 @@ def make_executor(run: RunConfig, resume: bool, sweep: str) -> Executor:
     w = run.logger.wandb
     mirror = WandbMirror(w.mode, w.project, w.entity, w.dir, w.tags, group=sweep)
     say = (lambda rec: tqdm.write(summary_line(rec))) if run.logger.console else None
-    store = FileStore(RecordFile(run.out) if run.out else None, resume)
+    store = FileStore(RecordFile(run.out) if run.out else None, resume, any_code=run.sweep.resume_any_code)
     return Executor(store, mirror, run.logger.console, sweep, run.logger.step_records, on_record=say,
                     progress=run.logger.console and run.logger.progress and sys.stderr.isatty())
 

@@ -1,6 +1,6 @@
 """A point: one strategy setting measured on one session (its `RunConfig` and display label), what identifies its
-measurement (`point_key`, `point_id`: resume and the records key on it), and the `Record` its result becomes
-(`make_record`).
+measurement (`point_key`, `point_id`: resume and the records key on it; `code_version`: the code that measures it,
+which a resume checks too), and the `Record` its result becomes (`make_record`).
 
 Every number comes from ouroboros.loop.metrics (RunResult.totals(), PromptResult.summary(), speedup()); this module
 only arranges them. Knows nothing of the command line, of sinks or of how points are scheduled.
@@ -9,15 +9,18 @@ only arranges them. Knows nothing of the command line, of sinks or of how points
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import sys
 import time
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ouroboros.config import RunConfig
+from ouroboros.config import CONF_DIR, RunConfig
 from ouroboros.loop.metrics import RunResult, speedup, speedup_mean_speed, step_dict
 from ouroboros.running.divergence import divergences
 from ouroboros.running.record import SCHEMA_VERSION, Record
@@ -54,15 +57,48 @@ def point_id(key: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+CODE_FILES = ("*.py", "*.cpp", "*.h")   # a package's source, as the code fingerprint reads it
+
+
+def code_version(run: RunConfig) -> str:
+    """What a point's figures depend on beyond its config (`point_key`): the source of the core and of the run's
+    backend kind's package; on a modelled clock conf/ too (profiles, hardware and bands are read from files the key
+    names only by name; such points take seconds to measure again); on the wall clock the torch and transformers
+    versions (their kernels change the numbers). 16 hex digits of a sha256; a resume reuses only records and prompt
+    lines of the same code (ouroboros.running.store)."""
+    packages = tuple(sorted({__name__.partition(".")[0], type(run.kind).__module__.partition(".")[0]}))
+    return _code_hash(packages, run.kind.simulated)
+
+
+@functools.cache
+def _code_hash(packages: tuple[str, ...], simulated: bool) -> str:
+    roots: list[tuple[str, Path, tuple[str, ...]]] = []
+    for name in packages:
+        roots += [(name, Path(loc), CODE_FILES) for loc in getattr(sys.modules[name], "__path__", [])]
+    if simulated:
+        roots.append(("conf", Path(CONF_DIR), ("*.yaml",)))
+    h = hashlib.sha256()
+    for name, root, patterns in roots:
+        for f in sorted({f for pat in patterns for f in root.rglob(pat) if "__pycache__" not in f.parts}):
+            h.update(f"{name}/{f.relative_to(root).as_posix()}\0".encode())
+            h.update(f.read_bytes())
+    if not simulated:
+        v = versions()
+        h.update(f"torch {v['torch']} transformers {v['transformers']}".encode())
+    return h.hexdigest()[:16]
+
+
 @dataclass
 class Point:
     run: RunConfig
     label: str
     id: str = field(init=False)                     # point_id of the measurement (resume and records key on it)
     baseline_id: str | None = field(init=False)     # ... of its baseline's (None: no baseline)
+    code: str = field(init=False)                   # code_version: the code that measures it (and its baseline)
 
     def __post_init__(self) -> None:
         self.id = point_id(point_key(self.run))
+        self.code = code_version(self.run)
         b = self.run.baseline
         self.baseline_id = point_id(point_key(self.run, strategy=b)) if b else None
 
@@ -122,7 +158,8 @@ def make_record(run: RunConfig, result: RunResult, session: Session, *, label: s
         baseline_record=baseline_record, time=time.time(), sweep=sweep, label=label,
         max_new_tokens=budgets[0] if len(budgets) == 1 else budgets,   # the budget(s) the prompts had
         strategy=run.strategy.name, params=point_key(run)["strategy"]["params"], backend=session.backend,
-        hardware=session.hardware, versions=versions(), config=dataclasses.asdict(run), totals=result.totals(),
+        hardware=session.hardware, versions={**versions(), "code": code_version(run)}, config=dataclasses.asdict(run),
+        totals=result.totals(),
         speedup=serving_speedup(paired, result) if paired is not None else None,
         speedup_specbench=speedup_mean_speed(paired, result) if paired is not None else None,
         identical_to_baseline=same, divergences=[dataclasses.asdict(d) for d in diverged], sampled=sampled or None,

@@ -29,7 +29,7 @@ import re
 import stat
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -118,12 +118,18 @@ def load_sweep_records(path: str | os.PathLike) -> list[Record]:
     return records
 
 
-def prompt_line(point_id: str, prompt: dict, process: str | None = None) -> dict:
+def prompt_line(point_id: str, prompt: dict, process: str | None = None, code: str | None = None) -> dict:
     """The line a point appends after each finished prompt (readers of records skip it: no `point_id` key), so a
     run killed at any moment resumes at prompt granularity (`RecordFile.finished_prompts`); `process`: the id of
-    the process that timed it (a wall-clock speedup pairs only prompts of one process)."""
+    the process that timed it (a wall-clock speedup pairs only prompts of one process); `code`: the code that
+    decoded it (ouroboros.running.session.code_version; a resume reuses only its own code's lines)."""
     return {"kind": "prompt_result", "of_point": point_id, "prompt": prompt, "time": time.time(),
-            **({"process": process} if process else {})}
+            **({"process": process} if process else {}), **({"code": code} if code else {})}
+
+
+def record_code(record: dict) -> str | None:
+    """The code a record was measured with (`versions.code`; None: a record older than the fingerprint)."""
+    return (record.get("versions") or {}).get("code")
 
 
 def sweep_manifest(sweep: str, points: list[tuple[str, str]]) -> dict:
@@ -193,23 +199,31 @@ class RecordFile:
     def records(self) -> list[dict]:
         return read_records(self.path) if self.path.exists() else []
 
-    def finished_prompts(self, point_id: str) -> dict[str, dict]:
-        """prompt_id -> the latest prompt line of `point_id` (its prompts finished before a stop)."""
+    def prompt_lines(self, point_id: str, code: str | None = None) -> list[dict]:
+        """The prompt lines of `point_id` (its prompts finished before a stop), oldest first; with `code`, only
+        those written by that code (`prompt_line`)."""
         if not self.path.exists():
-            return {}
-        return {ln["prompt"]["prompt_id"]: ln["prompt"] for ln in read_lines(self.path)
-                if ln.get("kind") == "prompt_result" and ln.get("of_point") == point_id}
+            return []
+        return [ln for ln in read_lines(self.path) if ln.get("kind") == "prompt_result"
+                and ln.get("of_point") == point_id and (code is None or ln.get("code") == code)]
 
-    def finished_processes(self, point_id: str) -> dict[str, str]:
+    def finished_prompts(self, point_id: str, code: str | None = None) -> dict[str, dict]:
+        """prompt_id -> the latest prompt line of `point_id` (of `code`'s, when given)."""
+        return {ln["prompt"]["prompt_id"]: ln["prompt"] for ln in self.prompt_lines(point_id, code)}
+
+    def finished_processes(self, point_id: str, code: str | None = None) -> dict[str, str]:
         """prompt_id -> the process that timed the latest prompt line of `point_id` ('' for lines without one)."""
-        if not self.path.exists():
-            return {}
-        return {ln["prompt"]["prompt_id"]: str(ln.get("process") or "") for ln in read_lines(self.path)
-                if ln.get("kind") == "prompt_result" and ln.get("of_point") == point_id}
+        return {ln["prompt"]["prompt_id"]: str(ln.get("process") or "") for ln in self.prompt_lines(point_id, code)}
 
-    def index(self) -> dict[str, dict]:
-        """point_id -> its latest record (the resume index)."""
-        return {r["point_id"]: r for r in self.records()}
+    def index(self, code_of: Callable[[str], str | None] | None = None) -> dict[str, dict]:
+        """point_id -> its latest record (the resume index); with `code_of`, a point's latest record written by
+        the code `code_of(point_id)` names (None: any code)."""
+        out = {}
+        for r in self.records():
+            want = code_of(r["point_id"]) if code_of is not None else None
+            if want is None or record_code(r) == want:
+                out[r["point_id"]] = r
+        return out
 
     def append(self, record: dict) -> None:
         """Append one line; a failed write (a full disk, ...) is cut back off and raised as one OuroborosError line,
@@ -237,8 +251,9 @@ class RecordFile:
             os.close(fd)  # releases the flock
 
     @contextmanager
-    def claim(self, point_id: str) -> Iterator[dict | None]:
-        """Hold point_id's lock; yields its record if another worker finished it meanwhile, else None."""
+    def claim(self, point_id: str, code: str | None = None) -> Iterator[dict | None]:
+        """Hold point_id's lock; yields its record (of `code`, when given) if another worker finished it meanwhile,
+        else None."""
         lock_dir = self.path.parent / (self.path.name + ".locks")
         lock = lock_dir / f"{point_id}.lock"
         while True:   # the holder removes the lock file (and the folder) when done: lock the file that is there
@@ -258,7 +273,7 @@ class RecordFile:
                 pass
             os.close(fd)              # we waited on a file its holder has since removed: take the new one
         try:
-            yield self.index().get(point_id)
+            yield self.index(lambda _: code).get(point_id)
         finally:
             lock.unlink(missing_ok=True)
             try:
