@@ -80,7 +80,8 @@ class Hardware:
                                  f"got {self.attention!r}")
         check_range(f"hardware {n!r}: devices", self.devices, lo=1)
         if self.placement == "single" and self.devices != 1:
-            raise OuroborosError(f"hardware {n!r}: placement 'single' needs devices=1, got {self.devices}")
+            raise OuroborosError(f"hardware {n!r}: placement 'single' needs devices=1, got {self.devices} (several "
+                                 "devices take sim.placement=pipeline or tensor)")
         for f in ("mem_gb", "mem_bw_gb_s", "tflops"):
             check_range(f"hardware {n!r}: {f}", getattr(self, f), lo=0, lo_open=True)
         for f in ("bw_eff", "flop_eff"):
