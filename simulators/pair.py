@@ -12,7 +12,8 @@ sim.alpha, i.i.d.), `replay` (sim.trace: a trace recorded by `simulators.replay`
 a real pair loaded by `ouroboros.backends.models.load_pair` decides the tokens). A surrogate pair's own prompts
 (`default_prompts`, what a synthetic dataset decodes on the simulator) are cut from its corpus, 0.75x to 1.25x
 sim.prompt_len tokens long (`prompt_span`: how `calibrate measured` cuts a task's; without it 32 to 96), each with
-sim.max_new_tokens new tokens where set (a task stand-in: simulators/trust.py).
+sim.max_new_tokens new tokens where set (a task stand-in: simulators/trust.py), or, with sim.answer_len, its answer
+ending near that many (`answer_budgets`: a task's real answers end at their EOS).
 
 Knows nothing of strategies or the loop.
 """
@@ -20,6 +21,7 @@ Knows nothing of strategies or the loop.
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -83,6 +85,25 @@ def prompt_span(prompt_len: int | None) -> tuple[int, int]:
     if prompt_len is None:
         return 32, 96
     return max(8, round(0.75 * prompt_len)), max(8, round(1.25 * prompt_len))
+
+
+ANSWER_SPREAD = 2.0   # the simulator's own answers end between answer_len / this and answer_len x this
+
+
+def answer_budgets(n: int, seed: int, answer_len: int | None, cap: int | None) -> list[int | None]:
+    """Each of n own prompts' new-token budget: where its answer ends when sim.answer_len is set (a task's real
+    answers end at their EOS, short or long by task): log-uniform from answer_len / ANSWER_SPREAD to answer_len x
+    ANSWER_SPREAD (so the median is answer_len), seeded, at most `cap` (the run's budget); without answer_len
+    `cap` for all (None: the run's). `calibrate measured` cuts its fit's the same way
+    (simulators/lab/calibration/paper_fit.py)."""
+    if answer_len is None:
+        return [cap] * n
+    rng = random.Random(f"answer_len {seed} {answer_len}")
+    out: list[int | None] = []
+    for _ in range(n):
+        length = max(1, round(answer_len * ANSWER_SPREAD ** rng.uniform(-1.0, 1.0)))
+        out.append(length if cap is None else min(cap, length))
+    return out
 
 
 def sim_options(sim: dict[str, Any] | SimConfig | None) -> SimConfig:
@@ -234,18 +255,19 @@ _MEMORIES: dict[tuple[str, float | None], Any] = {}
 
 
 def make_pair(model: dict[str, Any], hardware: dict[str, Any], sim: dict[str, Any] | SimConfig | None = None,
-              seed: int = 0, rest_stand_in: bool = False) -> SimPair:
+              seed: int = 0, rest_stand_in: bool = False, budget: int | None = None) -> SimPair:
     """`rest_stand_in`: the pair serves a REST run on the simulator's stand-in datastore (simulators/stand_in.py);
-    with sim.recall on and no sim.recall_text its target knows the stand-in's text."""
+    with sim.recall on and no sim.recall_text its target knows the stand-in's text. `budget`: the run's new-token
+    budget, which caps where the own prompts' answers end (sim.answer_len)."""
     opts, prof, hw, costs = pair_setup(model, hardware, sim)
-    pair = _make_pair(opts, prof, hw, costs, model, seed, rest_stand_in)
+    pair = _make_pair(opts, prof, hw, costs, model, seed, rest_stand_in, budget)
     if isinstance(pair.target, HostCharging):   # the strategies' measured host time, charged per step (host.py)
         pair.target.host = HostTimes.of(hw, prof.target.name)
     return pair
 
 
 def _make_pair(opts: SimConfig, prof: PairProfile, hw: Hardware, costs: dict[str, CostModel], model: dict[str, Any],
-               seed: int, rest_stand_in: bool) -> SimPair:
+               seed: int, rest_stand_in: bool, budget: int | None = None) -> SimPair:
     clock = SimClock()
     kind = opts.tokens
     if kind in ("surrogate", "iid"):
@@ -269,8 +291,9 @@ def _make_pair(opts: SimConfig, prof: PairProfile, hw: Hardware, costs: dict[str
         by_category = {c: sources[str(o.profile)] for c, o in per_cat.items()}
 
         def prompts(n: int, s: int) -> list[Prompt]:
-            return [Prompt(id=f"sim-{opts.corpus}-{i}", ids=ids, max_new_tokens=opts.max_new_tokens,
-                           category=opts.corpus, text=lm.corpus.tokenizer.decode(ids))
+            ends = answer_budgets(n, s, opts.answer_len, opts.max_new_tokens or budget)
+            return [Prompt(id=f"sim-{opts.corpus}-{i}", ids=ids, max_new_tokens=ends[i] if opts.answer_len else
+                           opts.max_new_tokens, category=opts.corpus, text=lm.corpus.tokenizer.decode(ids))
                     for i, ids in enumerate(lm.prompts(n, s, *prompt_span(opts.prompt_len)))]
 
         tok = prompt_tokenizer(opts, model, lm.corpus.tokenizer, specials_eos(opts))

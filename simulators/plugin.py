@@ -109,7 +109,8 @@ class SimKind(BackendKind):
         return out
 
     def open_pair(self, run: Any, stand_in: bool = False) -> OpenPair:
-        pair = make_pair(run.model, run.hardware or {}, run.sim, seed=run.seed, rest_stand_in=stand_in)
+        pair = make_pair(run.model, run.hardware or {}, run.sim, seed=run.seed, rest_stand_in=stand_in,
+                         budget=run.max_new_tokens)
 
         def route(prompts: list[Any]) -> list[str]:
             """sim.by_category: each category's profile decides its prompts."""

@@ -91,6 +91,11 @@ class SimConfig:
     max_new_tokens: int | None = opt(None, "prompts", "the simulator's own prompts' new-token budget (null: the run's "
                                      "max_new_tokens): the run sets the task's (GSM8K 256, CNN/DM 128, WMT16 64, "
                                      "HumanEval 512) unless max_new_tokens is typed", lo=1)
+    answer_len: int | None = opt(None, "prompts", "where the simulator's own prompts' answers end (tokens), as a "
+                                 "task's real answers end at their EOS (translation's in tens of tokens, a chat "
+                                 "answer's in hundreds): each prompt's budget is drawn log-uniform from 0.5x to 2x of "
+                                 "it, at most the run's budget; a figures file's task holds the median its real "
+                                 "answers were measured at (null: every prompt runs the whole budget)", lo=1)
     # ------------------------------------------------------------------------------------------ text prior
     corpus: str = opt("code", "text", "the text the target continues: code (stdlib top-level modules) | pycode "
                       "(stdlib packages only, none of REST's stdlib datastore) | prose (the interpreter's help "

@@ -71,6 +71,7 @@ class Task:
     machine: tuple[tuple[str, Any], ...] = ()  # sim options of the machine measured on (devices, placement, dtype)
     inferred: tuple[tuple[str, str], ...] = ()  # figures the calibration filled in: (key, how), never listed as given
     text_profile: str = ""       # the decision profile whose text knobs `--text decisions` takes ("": by task / corpus)
+    answer_len: int | None = None  # where the task's real answers end (median new tokens to EOS; None: at max_new)
 
     def pub_tps(self, m: str) -> float | None:
         return {"vanilla": self.vanilla_tps, "speculative": self.sps_tps, "lookahead": self.la_tps,
@@ -177,7 +178,8 @@ def make_task(key: str, d: dict[str, Any], model: str, hardware: str, sps: str, 
 
     check_name(key, f"{where}: the task's key")   # the profile's file name is <model>_<key>.yaml
     known = {"name", "corpus", "prompt_len", "max_new_tokens", "vanilla_tok_s", "sps_tok_s", "sps_speedup",
-             "sps_block_efficiency", "sps_accepted_length", "sps_gamma", "sps_schedule", "held_out", "text_profile"}
+             "sps_block_efficiency", "sps_accepted_length", "sps_gamma", "sps_schedule", "held_out", "text_profile",
+             "answer_len"}
     unknown = sorted(set(d) - known)
     if unknown:
         raise OuroborosError(f"{where}: unknown key {unknown[0]!r}; keys: {', '.join(sorted(known))}")
@@ -185,6 +187,8 @@ def make_task(key: str, d: dict[str, Any], model: str, hardware: str, sps: str, 
         sps = sps_setting(d.get("sps_gamma"), d.get("sps_schedule"), where)
     max_new = positive(d.get("max_new_tokens"), name("max_new_tokens"), where, integer=True)
     prompt_len = positive(d.get("prompt_len"), name("prompt_len"), where, integer=True)
+    answer_len = None if d.get("answer_len") is None else int(positive(d["answer_len"], name("answer_len"), where,
+                                                                        integer=True))
     eta = sps_eta(d, sps, max_new, where, name)
     vanilla, sps_tps, speedup = (None if d.get(k) is None else float(positive(d[k], name(k), where))
                                  for k in ("vanilla_tok_s", "sps_tok_s", "sps_speedup"))
@@ -226,7 +230,8 @@ def make_task(key: str, d: dict[str, Any], model: str, hardware: str, sps: str, 
                 gamma=int(ou.get("gamma", 4)), W=int(ou.get("W", 20)), N=int(ou.get("N", 7)), K=int(ou.get("K", 3)),
                 la_tps=la.get("tok_s"), la_eta=la.get("block_efficiency", la.get("mean_accepted_tokens")),
                 ouro_tps=ou.get("tok_s"), ouro_eta=ou.get("block_efficiency", ou.get("mean_accepted_tokens")),
-                key=key, model=model, hardware=hardware, text_profile=text_profile_of(d, model, where))
+                key=key, model=model, hardware=hardware, text_profile=text_profile_of(d, model, where),
+                answer_len=answer_len)
 
 
 def text_profile_of(d: dict[str, Any], model: str, where: str) -> str:

@@ -209,8 +209,11 @@ def setting_cells(path: Path, work: Path, n_prompts: int, seed: int, out=print) 
                 f"max_new_tokens={task['max_new_tokens']}", f"dataset.num_prompts={n_prompts}", f"seed={seed + 1}",
                 sweep_overrides(pts)]
         length = f"sim.prompt_len={task['prompt_len']}"
+        prior = ["sim=default", length, f"sim.corpus={task.get('corpus') or 'prose'}"]
+        if task.get("answer_len"):   # a profile holds its own
+            prior.append(f"sim.answer_len={task['answer_len']}")
         for source, sim in (("profile_measured", [f"sim={model}_{key}_{stem}", length]),   # its text, as fitted
-                            ("prior", ["sim=default", length, f"sim.corpus={task.get('corpus') or 'prose'}"])):
+                            ("prior", prior)):
             rec_path = wd / f"{key}_{source}.jsonl"
             rec_path.unlink(missing_ok=True)
             run([py, "-m", "ouroboros.sweep", *base, *sim, f"out={rec_path.name}"], wd, out)

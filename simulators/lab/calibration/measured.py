@@ -201,7 +201,8 @@ def write_profiles(cal: Calibration, tasks: tuple[Task, ...], source: str, comma
     for t0 in tasks:
         t = by_task.get(t0.name, t0)
         a, name = cal.a[t.name], f"{t.model}_{t.key}{suffix}"
-        fields = {"pair": t.model, "profile": name, "prompt_len": t.prompt_len, "corpus": t.corpus, **dict(t.text),
+        fields = {"pair": t.model, "profile": name, "prompt_len": t.prompt_len,
+                  **({"answer_len": t.answer_len} if t.answer_len else {}), "corpus": t.corpus, **dict(t.text),
                   **dict(t.machine),
                   "alpha_easy": round(a, 6), "alpha_hard": round(a**4, 6),
                   **({} if measured_clock(t) else {"target_overhead_s": round(cal.over_t[t.name], 6),

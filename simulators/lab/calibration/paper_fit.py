@@ -32,7 +32,7 @@ from ouroboros.strategies import build_proposer, get_spec
 from simulators.architectures import load_conf
 from simulators.cost_model import CostModel
 from simulators.lab.figures import YI_FIGURES, Task, load_tasks
-from simulators.pair import make_pair
+from simulators.pair import answer_budgets, make_pair
 
 METHODS = ("vanilla", "speculative", "lookahead", "ouroboros")
 DRAFT_OVERHEADS = ("scaled", "shared")   # the draft's per-forward overhead: r x the task's target one, or one for all
@@ -126,6 +126,12 @@ def task_prompts(pair, task: Task, n: int, seed: int) -> list[list[int]]:
     return pair.target.lm.prompts(n, seed, max(8, round(0.75 * task.prompt_len)), round(1.25 * task.prompt_len))
 
 
+def task_budgets(task: Task, n: int, seed: int) -> list[int]:
+    """Each of the n prompts' new tokens: where its answer ends with the task's `answer_len` (as a run's own
+    prompts end, simulators.pair.answer_budgets), else the task's budget."""
+    return [int(b or task.max_new) for b in answer_budgets(n, seed, task.answer_len, task.max_new)]
+
+
 @dataclass
 class Run:
     """Totals over a task's prompts. Seconds are charged at the overhead-free cost; `tps` adds the overheads."""
@@ -154,8 +160,8 @@ def run(task: Task, strategy: str, params: dict[str, Any], a: float, n_prompts: 
     proposer = build_proposer(strategy, params, pair.target, pair.draft if needs else None)
     new = steps = 0
     prompts = task_prompts(pair, task, n_prompts, seed)
-    for p in prompts:
-        res = decode(pair.target, proposer, p, task.max_new, pair.eos_ids)
+    for p, budget in zip(prompts, task_budgets(task, len(prompts), seed), strict=True):
+        res = decode(pair.target, proposer, p, budget, pair.eos_ids)
         new += res.new_tokens
         steps += len(res.steps)
     t, d = pair.target, pair.draft
@@ -184,12 +190,13 @@ class Trace:
         lm = pair.target.lm  # type: ignore[attr-defined]
         self.prompt_lens: list[int] = []
         self.states: list[list[Any]] = []   # per prompt: the target's state before each new token
-        for p in task_prompts(pair, task, n_prompts, seed):
+        prompts = task_prompts(pair, task, n_prompts, seed)
+        for p, budget in zip(prompts, task_budgets(task, len(prompts), seed), strict=True):
             st = lm.start()
             for t in p:
                 st = lm.step(st, t)
             sts = []
-            for _ in range(task.max_new):
+            for _ in range(budget):
                 sts.append(st)
                 st = lm.step(st, lm.predict(st))
             self.prompt_lens.append(len(p))
