@@ -106,6 +106,15 @@ def answer_budgets(n: int, seed: int, answer_len: int | None, cap: int | None) -
     return out
 
 
+def prompts_for(n: int, answer_len: int | None, budget: int) -> int:
+    """How many own prompts a measurement of a task takes to decode as many new tokens as n prompts at its whole
+    budget would, where its answers end near answer_len (at most 16 x n): short answers need more prompts for the
+    same precision (`calibrate measured`'s fit, `calibrate bands`' sweeps)."""
+    if not answer_len or answer_len >= budget:
+        return n
+    return min(16 * n, max(n, -(-n * budget // answer_len)))
+
+
 def sim_options(sim: dict[str, Any] | SimConfig | None) -> SimConfig:
     """The `sim` group as a checked SimConfig (unknown keys, types and ranges are one error line)."""
     return sim if isinstance(sim, SimConfig) else SimConfig.from_dict(sim)

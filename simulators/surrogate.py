@@ -20,8 +20,9 @@ TAIL_LEN tokens, and the slots its copying, surprise and forgiving knobs need).
   (nearly position-invariant, mostly local) does: what lookahead's Jacobi guesses and phrase pools rely on.
 - `NoisyDraftLM` (the surrogate draft): agrees with the target unless a mismatch event fires. Events are
   bursty (positions fall into easy / hard stretches of `burst_len` tokens with agreement `alpha_easy` /
-  `alpha_hard`), content-bound (the same local context is always right or always wrong, as a real small model
-  is) and realistic in kind (the target's runner-up, or a token one place too early).
+  `alpha_hard`; which are hard is each prompt's own, by its key from `begin`), content-bound (the same local
+  context is always right or always wrong, as a real small model is) and realistic in kind (the target's
+  runner-up, or a token one place too early).
 - `IIDDraftLM`: agrees with the target with probability `alpha` independently at every position (for
   Leviathan et al.'s closed form E = (1 - alpha^(gamma + 1)) / (1 - alpha)).
 
@@ -93,6 +94,7 @@ SALT_COPY_AGREES = 23  # draft: agrees where the target copies (alpha_copy)
 SALT_FORGIVE = 29      # target: reads a token it would not have written as its own (forgive)
 SALT_RECALL = 31       # target: goes on with text it knows (recall)
 SALT_TOPIC = 37        # target: goes on as its topic passage does (topic); with the prompt: which passage
+SALT_PROMPT = 41       # a prompt's own key (`begin`): the draft's hard stretches are per prompt
 
 
 # The plain n-gram target: the text prior's copying, locality and position-invariance off, in the surrogate's own
@@ -115,6 +117,12 @@ class LMState(NamedTuple):
     run: int = 0                     # tokens it would have written, in a row (capped at forgive_run; only forgiving)
     origin: int = 0                  # the prompt's length (`begin`; sim.copy_from=prompt copies from tokens before it)
     topic: int = -1                  # where its topic passage starts in the corpus (`begin`, sim.topic; -1: none)
+    key: int = 0                     # the prompt's own key (`begin`; 0: none): which stretches are hard for the draft
+
+
+def prompt_key(prompt: Sequence[int]) -> int:
+    """A prompt's own key (never 0, which means none): its tokens hashed (ints only: not PYTHONHASHSEED's)."""
+    return (hash((tuple(prompt), SALT_PROMPT)) & _MASK64) or 1
 
 
 _new_state = tuple.__new__   # LMState(...) without the NamedTuple constructor's overhead (the hot paths)
@@ -265,12 +273,15 @@ class NGramLM:
         return _START
 
     def begin(self, state: LMState, prompt: Sequence[int] = ()) -> LMState:
-        """The state after a prompt, marked as its end: what follows is the target's own output (sim.copy_from);
-        with sim.topic, the answer's topic passage, picked by the prompt's tokens (and the seed)."""
+        """The state after a prompt, marked as its end: what follows is the target's own output (sim.copy_from),
+        keyed by the prompt's tokens (the draft's hard stretches are the prompt's own, not every prompt's at the
+        same positions); with sim.topic, the answer's topic passage, picked by the prompt's tokens (and the seed)."""
+        key = prompt_key(prompt)
         if not self.topic:
-            return state._replace(origin=state.pos)
+            return state._replace(origin=state.pos, key=key)
         u = uniform(hash((tuple(prompt), self.seed, SALT_TOPIC)))
-        return state._replace(origin=state.pos, topic=int(u * (len(self.corpus.ids) - self.topic_len + 1)))
+        return state._replace(origin=state.pos, key=key,
+                              topic=int(u * (len(self.corpus.ids) - self.topic_len + 1)))
 
     def topic_table(self, start: int) -> dict[tuple[int, ...], int]:
         """The passage of topic_len corpus tokens at `start` as a back-off table: each context of 1..order tokens
@@ -321,7 +332,7 @@ class NGramLM:
         tail = (state.tail + (read,))[-TAIL_LEN:]
         window = ((token,) + state.window)[:self.copy_window] if self.windowed else ()
         calm = (0 if read != own else min(state.calm + 1, SURPRISE_MAX)) if self.surprised else state.calm
-        return LMState(state.pos + 1, tail, window, calm, run, state.origin, state.topic)
+        return LMState(state.pos + 1, tail, window, calm, run, state.origin, state.topic, state.key)
 
     def reference_predict(self, state: LMState) -> int:
         r = self.recalled(state)
@@ -478,19 +489,20 @@ class NGramLM:
             def step_surprise(state: LMState, token: int) -> LMState:
                 k = 0 if token != self.predict(state) else min(state.calm + 1, top)
                 return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:],
-                                 ((token,) + state.window)[:win], k, 0, state.origin, state.topic))
+                                 ((token,) + state.window)[:win], k, 0, state.origin, state.topic, state.key))
 
             return step_surprise
         if self.windowed:
             def step_window(state: LMState, token: int) -> LMState:
                 return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:],
-                                 ((token,) + state.window)[:win], calm0, 0, state.origin, state.topic))
+                                 ((token,) + state.window)[:win], calm0, 0, state.origin, state.topic,
+                                 state.key))
 
             return step_window
 
         def step(state: LMState, token: int) -> LMState:
             return new(cls, (state.pos + 1, (state.tail + (token,))[-TAIL_LEN:], (), calm0, 0, state.origin,
-                             state.topic))
+                             state.topic, state.key))
 
         return step
 
@@ -514,7 +526,7 @@ class NGramLM:
             calm = (0 if read != own else min(state.calm + 1, top)) if surprised else state.calm
             window = ((token,) + state.window)[:win] if windowed else ()
             return new(cls, (state.pos + 1, (state.tail + (read,))[-TAIL_LEN:], window, calm, run, state.origin,
-                             state.topic))
+                             state.topic, state.key))
 
         return step
 
@@ -643,11 +655,15 @@ class NoisyDraftLM:
         self.alpha_easy, self.alpha_hard, self.hard_frac = c.alpha_easy, c.alpha_hard, c.hard_frac
         self.burst_len, self.seed = c.burst_len, seed
         self.start, self.step, self.begin = target.start, target.step, target.begin
-        self._hard: dict[int, bool] = {}  # stretch index -> hard?
+        self._hard: dict[tuple[int, int], bool] = {}  # (stretch index, prompt key) -> hard?
         self.predict: Callable[[LMState], int] = self._fast_predict()  # == reference_predict
 
-    def _is_hard(self, stretch: int) -> bool:
-        return uniform(hash((stretch, self.seed, SALT_HARD))) < self.hard_frac
+    def _is_hard(self, stretch: int, key: int = 0) -> bool:
+        """Whether a stretch is hard: per prompt where the state has its key (`begin`), so answers of different
+        prompts that pass the same positions do not share their hard stretches (with short answers they would all
+        share the few at the start: the run's seed, not the draft, would decide SpS)."""
+        return uniform(hash((stretch, key, self.seed, SALT_HARD) if key else (stretch, self.seed, SALT_HARD))
+                       ) < self.hard_frac
 
     def reference_predict(self, state: LMState) -> int:
         t = self.target
@@ -658,7 +674,7 @@ class NoisyDraftLM:
             p = t.reference_rest(state)
         else:
             p = t.reference_predict(state)
-        hard = self._is_hard(state.pos // self.burst_len)
+        hard = self._is_hard(state.pos // self.burst_len, state.key)
         u = uniform(hash((state.tail[-CONTENT_LEN:], self.seed)))
         if u < (self.alpha_hard if hard else self.alpha_easy):
             return p
@@ -692,10 +708,10 @@ class NoisyDraftLM:
                 p = rest(state)
             else:
                 p = target_predict(state)
-            stretch = state.pos // burst_len
+            stretch = (state.pos // burst_len, state.key)
             hard = hard_of.get(stretch)
             if hard is None:
-                hard = hard_of[stretch] = is_hard(stretch)
+                hard = hard_of[stretch] = is_hard(*stretch)
             u = (((hash((state.tail[cut:], seed)) * mult) & mask) >> 11) * scale
             return p if u < (alpha_hard if hard else alpha_easy) else mismatch(state, p)
 

@@ -35,6 +35,11 @@ def stored(name: str) -> dict:
     return yaml.safe_load((ROOT / "conf" / "sim" / f"{name}.yaml").read_text())
 
 
+def inferred_eta() -> str:
+    """The GSM8K profile's inferred SpS eta as the notes print it (3 significant digits)."""
+    return f"{stored('llama70b_7b_gsm8k')['fit']['inputs']['sps_block_efficiency']['value']:.3g}"
+
+
 def test_the_main_job_runs_gsm8k_on_the_pairs_profile_and_says_so():
     """The main job's command as typed (no dataset, no budget): GSM8K's profile, prompt length and 256 new tokens."""
     run, notes = composed("model=llama70b_7b")
@@ -45,7 +50,7 @@ def test_the_main_job_runs_gsm8k_on_the_pairs_profile_and_says_so():
     assert "dataset=synthetic stands for gsm8k" in stand and "default_task" in stand
     assert "488 to 812 tokens" in stand and "256 new tokens each" in stand
     assert "dataset.task=cnndm or wmt16 picks another task" in stand and "dataset.task=none none" in stand
-    assert "profile llama70b_7b_gsm8k picked for gsm8k" in picked and "SpS eta 6.23 inferred" in picked
+    assert "profile llama70b_7b_gsm8k picked for gsm8k" in picked and f"SpS eta {inferred_eta()} inferred" in picked
     dec = trust.record_decisions(run.sim, "speculative", run.dataset, run.hardware, 8, run.max_new_tokens)
     assert dec["kind"] == "profile" and dec["name"] == "llama70b_7b_gsm8k" and dec["label"] == GSM8K
     assert "off_fit" not in dec                       # GSM8K's task, budget and machine: the fitted setting
@@ -132,12 +137,15 @@ def test_an_unknown_task_is_one_line(tmp_path):
 def test_fitted_to_labels_inferred_inputs_and_lists_every_input():
     gsm8k = stored("llama70b_7b_gsm8k")["fit"]
     text = trust.fitted_to(gsm8k)
-    assert text.startswith("the pair's GSM8K vanilla token/s, SpS token/s (schedule=hf); SpS eta 6.23 inferred")
+    assert text.startswith(f"the pair's GSM8K vanilla token/s, SpS token/s (schedule=hf); SpS eta {inferred_eta()} "
+                           "inferred")
     assert f"±{gsm8k['inferred_eta_spread']:.0%}" in text
     cnndm = stored("llama70b_7b_cnndm")["fit"]
     text = trust.fitted_to(cnndm)
     assert text.startswith("the pair's CNN/DM SpS speedup (schedule=hf); vanilla token/s ")
-    assert "vanilla token/s 8.45 inferred (hardware roofline)" in text and "SpS eta 3.71 inferred" in text
+    ins = cnndm["inputs"]
+    assert f"vanilla token/s {ins['vanilla_tok_s']['value']:.3g} inferred (hardware roofline)" in text
+    assert f"SpS eta {ins['sps_block_efficiency']['value']:.3g} inferred" in text
     assert trust.fit_setting(cnndm) == "SpS speedup, 2x A800, CNN/DM; vanilla token/s and SpS eta inferred"
     mean = {"task": "MT-Bench", "hardware": "a100", "inputs": {"sps_speedup": 1.8, "setting_mean_accepted_tokens": 2.9,
                                                                 "sps": "gamma=4"}}

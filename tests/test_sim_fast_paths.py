@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ouroboros.loop.draft import Draft
 from simulators import make_pair
 from simulators.backend import LazyPreds
+from simulators.surrogate import prompt_key
 
 MODEL = yaml.safe_load(open("conf/model/yi34b_6b.yaml"))
 HW = yaml.safe_load(open("conf/hardware/a800x2.yaml"))
@@ -413,16 +414,30 @@ def test_begin_marks_the_prompt_end_and_every_path_carries_it():
         st = lm.start()
         for t in [5, 9, 13, 2]:
             st = lm.step(st, t)
-        st = lm.begin(st)
-        assert st.origin == 4
+        st = lm.begin(st, [5, 9, 13, 2])
+        assert st.origin == 4 and st.key == prompt_key([5, 9, 13, 2]) != 0
         for t in [7, 8, 9]:
             st = lm.step(st, t)
-            assert st.origin == 4 and len(st) == 7
+            assert st.origin == 4 and st.key == prompt_key([5, 9, 13, 2]) and len(st) == 8
         assert lm.copy_lo(st) == 3
     pair = make_pair(MODEL, HW, {"corpus": "code", "induction": 0.5, "copy_from": "prompt"}, seed=1)
     prompt = pair.default_prompts(1, 0)[0].ids
     pair.target.prefill(prompt)
     assert pair.target._states[-1].origin == len(prompt) and pair.target._states[-2].origin == 0
+    assert pair.target._states[-1].key == prompt_key(prompt) and pair.target._states[-2].key == 0
+
+
+def test_the_draft_s_hard_stretches_are_each_prompt_s_own():
+    """Which stretches are hard for the surrogate draft depends on the prompt (its key from `begin`), so answers
+    of different prompts over the same positions do not share them; without a key (no `begin`) it is as before."""
+    from simulators.surrogate import NGramLM, NoisyDraftLM, plain_config
+
+    lm = NGramLM(plain_config())
+    q = NoisyDraftLM(lm, plain_config(hard_frac=0.5), seed=3)
+    keys = [prompt_key([i, i + 1]) for i in range(40)]
+    patterns = {tuple(q._is_hard(s, k) for s in range(12)) for k in keys}
+    assert len(patterns) > 30                      # 40 prompts: nearly all their own
+    assert [q._is_hard(s) for s in range(12)] == [q._is_hard(s, 0) for s in range(12)]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

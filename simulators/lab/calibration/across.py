@@ -10,7 +10,8 @@ exactly as a user would:
    `--text decisions`, its default);
 2. per task, `python -m ouroboros.sweep sweep=single model=<pair> hardware=<hw> backend=sim sim=<profile>
    max_new_tokens=<the task's budget> dataset.num_prompts=<n> seed=<seed + 1> sim.prompt_len=<the task's>
-   'sweep.points=[...]'` (the simulator's own prompts at the task's length, other prompts than the fit's), once on
+   'sweep.points=[...]'` (the simulator's own prompts at the task's length, other prompts than the fit's, their
+   answers ending near the task's `answer_len` where the figures file gives one: sim.answer_len), once on
    the task's profile (`profile_measured`) and once on the uncalibrated prior (`sim=default sim.corpus=<the
    task's>`: `prior`), with SpS at the setting measured and every held-out strategy at its published settings.
 A cell is one published figure against the sweep's number for it: speedup in the figures' own definition
@@ -38,6 +39,7 @@ import yaml
 
 from ouroboros.errors import OuroborosError
 from simulators.architectures import conf_root
+from simulators.pair import prompts_for
 
 SPEEDUP_METRICS = ("time_ratio", "per_prompt_mean")
 STRATEGY_PARAMS = {   # the held-out figures' own settings, as our strategies name them
@@ -206,7 +208,9 @@ def setting_cells(path: Path, work: Path, n_prompts: int, seed: int, out=print) 
         task = task or {}
         pts = task_points(doc, task)
         base = ["sweep=single", f"model={model}", f"hardware={hw}", "backend=sim", "logger=quiet",
-                f"max_new_tokens={task['max_new_tokens']}", f"dataset.num_prompts={n_prompts}", f"seed={seed + 1}",
+                f"max_new_tokens={task['max_new_tokens']}",
+                f"dataset.num_prompts={prompts_for(n_prompts, task.get('answer_len'), int(task['max_new_tokens']))}",
+                f"seed={seed + 1}",
                 sweep_overrides(pts)]
         length = f"sim.prompt_len={task['prompt_len']}"
         prior = ["sim=default", length, f"sim.corpus={task.get('corpus') or 'prose'}"]
