@@ -122,7 +122,7 @@ def prompt_line(point_id: str, prompt: dict, process: str | None = None, code: s
     """The line a point appends after each finished prompt (readers of records skip it: no `point_id` key), so a
     run killed at any moment resumes at prompt granularity (`RecordFile.finished_prompts`); `process`: the id of
     the process that timed it (a wall-clock speedup pairs only prompts of one process); `code`: the code that
-    decoded it (ouroboros.running.session.code_version; a resume reuses only its own code's lines)."""
+    decoded it (ouroboros.running.point.code_version; a resume reuses only its own code's lines)."""
     return {"kind": "prompt_result", "of_point": point_id, "prompt": prompt, "time": time.time(),
             **({"process": process} if process else {}), **({"code": code} if code else {})}
 

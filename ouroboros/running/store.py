@@ -6,7 +6,7 @@ Without resume (or without a file) nothing is read back: `done` and `claim` find
 kept, and a measured record is still appended when there is a file. Knows nothing of models or of measuring.
 
 A resume reuses only records and prompt lines of the code that would measure the point now (`expect`: its code
-fingerprint, ouroboros.running.session.code_version): a record an earlier version measured is not this version's
+fingerprint, ouroboros.running.point.code_version): a record an earlier version measured is not this version's
 figure (a default, a kernel or a fix changed since), so the point is measured again and the old record stays in
 the file; `stale` names such points for the run's note. `any_code` (sweep.resume_any_code) reuses them all.
 """
