@@ -42,11 +42,14 @@ GAMMA_MAX = 20                   # largest SpS draft length the tuned-baseline p
 TASKS, _ = load_tasks(YI_FIGURES)   # the paper's Yi-34B/6B figures (conf/calibration/, with their citation)
 
 
-def base_hardware(name: str = "a800x2", roofline_p: float = 0.0) -> dict[str, Any]:
+def base_hardware(name: str = "a800x2", roofline_p: float = 0.0, measured: bool = False) -> dict[str, Any]:
     """The hardware profile with its ESTIMATED per-forward overheads (and any fitted cost models) removed:
-    calibration puts fitted overheads in their place on the spec-sheet roofline. roofline_p: the roofline's shape
-    (0: the profile's sharp one; cost_model's doc)."""
-    hw = {**load_conf("hardware", name), "forward_overhead_s": 0.0, "layer_overhead_s": 0.0, "costs": None}
+    calibration puts fitted overheads in their place on the spec-sheet roofline. `measured` (`measured_clock`): the
+    pair's forwards were timed on that machine, so its cost fits stay and are the fit's clock, as they are a run's.
+    roofline_p: the roofline's shape (0: the profile's sharp one; cost_model's doc)."""
+    hw = {**load_conf("hardware", name), "forward_overhead_s": 0.0, "layer_overhead_s": 0.0}
+    if not measured:
+        hw["costs"] = None
     return {**hw, "roofline_p": roofline_p} if roofline_p else hw
 
 
@@ -57,7 +60,8 @@ def agreement(a: float) -> dict[str, float]:
 
 def task_pair(task: Task, a: float, seed: int):
     copy = {} if task.p_copy is None else {"p_copy": task.p_copy}
-    return make_pair(load_conf("model", task.model), base_hardware(task.hardware, task.roofline_p),
+    hw = base_hardware(task.hardware, task.roofline_p, measured_clock(task))
+    return make_pair(load_conf("model", task.model), hw,
                      {"corpus": task.corpus, **copy, **dict(task.text), **dict(task.machine), **agreement(a)},
                      seed=seed)
 
